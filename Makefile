@@ -1,0 +1,35 @@
+# loadgen: the two commands a newcomer runs are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-fast lint bench clean
+
+setup: $(STAMP)
+
+# Re-installs only when pyproject.toml changed; a second `make setup` is a no-op.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,routers]'
+	@touch $(STAMP)
+
+demo: setup
+	$(BIN)/loadgen demo
+
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+
+bench: setup
+	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,132 @@
+"""The results format: file names, the per-request record, and the histogram tag scheme.
+
+This is the contract between the runtime (``loadgen``, which writes) and ``analysis`` (which
+reads). ``analysis`` imports nothing else of ours; ``loadgen.results`` writes exactly these
+fields. The user-facing description is ``docs/results-format.md``; change both together and bump
+``SCHEMA_VERSION`` on an incompatible change.
+
+Times in a record are integer microseconds since the run's start (``run.json: t0_unix_s``), taken
+from each worker's monotonic clock (``time.perf_counter_ns``) and anchored to the run start in the
+worker's plan. Metric definitions are DESIGN §4 / docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+RUN_FILE = "run.json"
+REQUESTS_FILE = "requests.jsonl"
+METRICS_FILE = "metrics.hlog"
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"
+
+# HDR histograms: values in µs, 1 µs .. 1 h, 3 significant digits (DESIGN §4).
+HIST_LOWEST_US = 1
+HIST_HIGHEST_US = 3_600_000_000
+HIST_SIGNIFICANT_DIGITS = 3
+
+# Metric names, identical from record field to JSON key to UI column.
+METRICS = ("ttft", "ttft_sched", "schedule_lag", "itl", "tpot", "e2e", "tokens_per_chunk")
+# tokens_per_chunk is a count, not a duration; it shares the histogram machinery.
+
+ERROR_CATEGORIES = ("http_4xx", "http_429", "http_5xx", "timeout", "connection", "stream_cut", "bad_chunk")
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+
+# run.json "status"
+RUN_RUNNING = "running"
+RUN_COMPLETE = "complete"
+RUN_ABORTED = "aborted"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request, one line of ``requests.jsonl``. Field names are the JSON keys."""
+
+    request_id: str
+    session_id: str
+    session_index: int
+    turn_index: int
+    turn_class: str  # "first" | "follow-up"
+    tenant: str
+    target: str  # target label
+    worker: str  # worker id that sent it
+    status: str  # "ok" | "error"
+    t_sched_us: int  # intended start
+    t_send_us: int  # request written
+    t_first_us: int | None = None  # first token-bearing chunk
+    t_last_us: int | None = None  # last token-bearing chunk
+    t_end_us: int | None = None  # stream closed
+    output_tokens: int = 0  # N: usage.completion_tokens when reported, else token-bearing chunks
+    chunks: int = 0  # token-bearing chunks received
+    usage_completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    max_tokens: int | None = None
+    itl_us: list[int] = field(default_factory=list)  # gaps between consecutive token-bearing chunks
+    chunk_tokens: list[int] | None = None  # tokens per chunk, None when every chunk carried one
+    error_category: str | None = None
+    error_message: str | None = None
+    http_status: int | None = None
+    server_timings: dict[str, Any] | None = None  # engine-reported per-request timings
+
+    # Derived values: the formulas of DESIGN §4, in one place.
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+    @property
+    def ttft_us(self) -> int | None:
+        return None if self.t_first_us is None else self.t_first_us - self.t_send_us
+
+    @property
+    def ttft_sched_us(self) -> int | None:
+        return None if self.t_first_us is None else self.t_first_us - self.t_sched_us
+
+    @property
+    def schedule_lag_us(self) -> int:
+        return self.t_send_us - self.t_sched_us
+
+    @property
+    def e2e_us(self) -> int | None:
+        return None if self.t_end_us is None else self.t_end_us - self.t_send_us
+
+    @property
+    def tpot_us(self) -> float | None:
+        if self.t_first_us is None or self.t_last_us is None or self.output_tokens < 2:
+            return None
+        return (self.t_last_us - self.t_first_us) / (self.output_tokens - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
+        known = _FIELD_NAMES
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(RequestRecord))
+
+
+def histogram_tag(metric: str, turn_class: str, tenant: str, target: str) -> str:
+    """The ``Tag=`` of an interval line in ``metrics.hlog``: ``metric:turn_class:tenant:target``.
+
+    HdrHistogram log tags may not contain commas or whitespace; labels are sanitised.
+    """
+    return ":".join(_clean(x) for x in (metric, turn_class, tenant, target))
+
+
+def parse_histogram_tag(tag: str) -> tuple[str, str, str, str]:
+    parts = tag.split(":")
+    if len(parts) != 4:
+        raise ValueError(f"histogram tag {tag!r} is not metric:turn_class:tenant:target")
+    return parts[0], parts[1], parts[2], parts[3]
+
+
+def _clean(label: str) -> str:
+    return "".join("_" if (c in ",: \t\n") else c for c in str(label)) or "_"
