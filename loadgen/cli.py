@@ -1,0 +1,161 @@
+"""The ``loadgen`` command line. Each command parses flags and calls one function."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from analysis.units import DURATION_FORM, RATE_FORM, parse_duration_s, parse_rate_per_s
+from loadgen.errors import UserError
+
+
+class _Parsed(click.ParamType):
+    """A click type that validates with ``parse`` but passes the user's text on unchanged."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any], form: str) -> None:
+        self.name = name
+        self._parse = parse
+        self._form = form
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        try:
+            self._parse(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a {self.name}; use {self._form}", param, ctx)
+        return str(value)
+
+
+DURATION = _Parsed("duration", parse_duration_s, DURATION_FORM)
+RATE = _Parsed("rate", parse_rate_per_s, RATE_FORM)
+
+
+def run_options(f: Callable) -> Callable:
+    """The options shared by run, master, ab and sweep (names match loadgen/options.py)."""
+    opts = [
+        click.option("--workload", default="agentic-coding", show_default=True, help="Shipped spec name or .yaml/.jsonl file."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Same seed: same sessions, prompts, arrival times."),
+        click.option("--arrival", type=click.Choice(["poisson", "gamma", "constant", "trace"]), default="poisson", show_default=True),
+        click.option("--rate", type=RATE, default="1", show_default=True, help="Session arrivals per second (open loop), e.g. 2 or 30/min."),
+        click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1 = Poisson; < 1 burstier)."),
+        click.option("--trace", type=click.Path(exists=True, dir_okay=False), default=None, help="Timestamps file for --arrival trace."),
+        click.option("--trace-time-scale", type=float, default=1.0, show_default=True),
+        click.option("--concurrency", type=click.IntRange(min=0), default=0, help="Closed loop: N agents back to back."),
+        click.option("--num-sessions", type=click.IntRange(min=0), default=0, help="Exact run of N sessions."),
+        click.option("--duration", type=DURATION, default=None, help="Arrivals stop after this long (default 60s unless --num-sessions)."),
+        click.option("--warmup", type=DURATION, default="0s", show_default=True),
+        click.option("--target", default=None, help="Base URL of the server (default: an embedded simulated engine)."),
+        click.option("--adapter", default="openai-chat", show_default=True, help="API flavour (loadgen.targets entry points)."),
+        click.option("--model", default=None, help="Model name to send."),
+        click.option("--expect-model", default=None, help="Abort before load unless the server serves this model."),
+        click.option("--api-key-env", default=None, help="Environment variable that holds the API key."),
+        click.option("--session-header", default=None, help="Header for the session id (default X-Session-ID or the router's)."),
+        click.option("--target-label", default=None),
+        click.option("--cost-per-hour", type=float, default=None, help="Target cost in USD/hour (tokens per dollar)."),
+        click.option("--request-timeout", type=DURATION, default="300s", show_default=True),
+        click.option("--stop-timeout", type=DURATION, default="30s", show_default=True, help="How long requests on the wire may finish at stop."),
+        click.option("--slo", default=None, help="e.g. ttft_p99=500ms,itl_p99=50ms; per request: ttft=1s,tpot=80ms."),
+        click.option("--max-schedule-lag", type=DURATION, default="10ms", show_default=True),
+        click.option("--results", default="results", show_default=True, type=click.Path(file_okay=False)),
+        click.option("--run-id", default=None),
+        click.option("--profile", default="laptop-qwen2.5-1.5b-q4", show_default=True, help="Embedded sim profile."),
+        click.option("--time-scale", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Embedded sim time scale (0 = fastest)."),
+        click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True, help="Embedded engine replicas."),
+        click.option("--router", default="none", show_default=True, help="Embedded router: none, sglang:<policy>, vllm:<policy>."),
+        click.option("--engine", type=click.Choice(["sim", "llama-server"]), default="sim", show_default=True),
+        click.option("--html", is_flag=True, help="Also write report.html."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _run_options(kwargs: dict[str, Any]) -> Any:
+    from loadgen.run import RunOptions
+
+    return RunOptions(**kwargs)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="loadgen")
+def main() -> None:
+    """loadgen: load generation for LLM inference fleets."""
+
+
+@main.command()
+@run_options
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Local worker processes.")
+@click.option("--web", is_flag=True, help="Open Locust's web UI (with the LLM tab) instead of running headless.")
+@click.option("--web-port", type=int, default=8089, show_default=True)
+def run(**kwargs: Any) -> None:
+    """Run a workload against a target (or an embedded simulated engine) and report."""
+    from loadgen.run import run as run_load
+
+    sys.exit(run_load(_run_options(kwargs)))
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--html", is_flag=True, help="Also write report.html.")
+@click.option("--csv", "csv_path", default=None, help="Also write the summary as CSV to this file.")
+@click.option("--slo", default=None, help="Per-request and percentile SLOs to evaluate.")
+@click.option("--cost-per-hour", type=float, default=None)
+def report(run_dir: str, html: bool, csv_path: str | None, slo: str | None, cost_per_hour: float | None) -> None:
+    """Summarise a results directory (complete or partial) and write summary.json."""
+    from loadgen.reporting import report_run
+
+    report_run(run_dir, html=html, csv_path=csv_path, slo=slo, cost_per_hour=cost_per_hour)
+
+
+@main.group()
+def serve() -> None:
+    """Start local targets: a simulated engine, a fleet behind a router, llama-server."""
+
+
+@main.group()
+def workload() -> None:
+    """Inspect and export workloads."""
+
+
+@workload.command("export")
+@click.argument("name")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-n", "--num-sessions", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def workload_export(name: str, seed: int, num_sessions: int, output: str) -> None:
+    """Write NAME's sessions in the replayable JSONL session format."""
+    from workloads import load_workload
+    from workloads.errors import WorkloadError
+    from workloads.sessions_jsonl import write_sessions_jsonl
+
+    try:
+        write_sessions_jsonl(load_workload(name), seed, num_sessions, output)
+    except WorkloadError as e:
+        raise UserError(str(e)) from None
+    click.echo(f"wrote {num_sessions} sessions to {output}")
+
+
+def _mount_optional_commands() -> None:
+    """Commands whose implementations live in other packages; missing ones simply don't appear."""
+    mounts = [
+        (serve, "sim", "targets.sim.cli", "sim_command"),
+        (serve, "fleet", "targets.fleet.cli", "fleet_command"),
+        (serve, "llama-server", "targets.llamacpp.cli", "llama_server_command"),
+    ]
+    for group, name, module, attr in mounts:
+        try:
+            mod = __import__(module, fromlist=[attr])
+        except ImportError:
+            continue
+        cmd = getattr(mod, attr, None)
+        if cmd is not None:
+            group.add_command(cmd, name)
+
+
+_mount_optional_commands()
+
+
+if __name__ == "__main__":
+    main()

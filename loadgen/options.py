@@ -1,0 +1,152 @@
+"""loadgen's options inside Locust's own command line (and its web UI start form).
+
+Registered through ``events.init_command_line_parser`` so that the stock
+``locust -f <loadgen>/locustfile.py`` accepts them next to every Locust flag. The target URL is
+Locust's own ``--host``. ``config_from_options`` turns parsed options into a validated
+``RunConfig``; every problem is a one-line ``UserError``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from analysis.units import parse_duration_s, parse_rate_per_s
+from loadgen.config import ARRIVAL_KINDS, RunConfig
+from loadgen.errors import UserError
+
+DEFAULT_DURATION_S = 60.0
+
+
+def add_arguments(parser: Any) -> None:
+    g = parser.add_argument_group("loadgen", "LLM workload options (loadgen)")
+    g.add_argument("--workload", default="agentic-coding", help="Shipped spec name or a .yaml/.jsonl file")
+    g.add_argument("--seed", type=int, default=0, help="Seed: same seed, same sessions and arrival times")
+    g.add_argument("--arrival", default="poisson", choices=ARRIVAL_KINDS, help="Arrival process (open loop)")
+    g.add_argument("--rate", default="1", help="Session arrival rate, e.g. 2 or 120/min")
+    g.add_argument("--burstiness", type=float, default=1.0, help="Gamma shape; 1 = Poisson, <1 burstier")
+    g.add_argument("--trace", default="", help="Timestamps file for --arrival trace")
+    g.add_argument("--trace-time-scale", type=float, default=1.0, help="Multiply trace gaps by this")
+    g.add_argument("--concurrency", type=int, default=0, help="Closed loop: N agents back to back (0 = open loop)")
+    g.add_argument("--num-sessions", type=int, default=0, help="Exact run: this many sessions (0 = by duration)")
+    g.add_argument("--duration", default="", help="Arrivals stop after this long, e.g. 90s (default 60s)")
+    g.add_argument("--warmup", default="0s", help="Exclude requests intended before this from summaries")
+    g.add_argument("--adapter", default="openai-chat", help="API flavour: openai-chat, openai-completions, llama-server, sglang")
+    g.add_argument("--model", default="", help="Model name sent in requests")
+    g.add_argument("--api-key-env", default="", help="Environment variable holding the API key (never the key itself)")
+    g.add_argument("--session-header", default="X-Session-ID", help="Header carrying the session id (router affinity)")
+    g.add_argument("--target-label", default="", help="Label for the target in results (default: host:port)")
+    g.add_argument("--target-kind", default="openai", help="openai, router, llama-server, sglang, vllm")
+    g.add_argument("--cost-per-hour", type=float, default=0.0, help="Target cost in USD/hour, for tokens per dollar")
+    g.add_argument("--request-timeout", default="300s", help="Wall-clock deadline per request")
+    g.add_argument("--slo", default="", help="SLOs, e.g. ttft_p99=500ms,itl_p99=50ms (percentile) or ttft=1s (per request)")
+    g.add_argument("--max-schedule-lag", default="10ms", help="Schedule-lag p99 above this flags the generator saturated")
+    g.add_argument("--results", default="results", help="Results parent directory (master only)")
+    g.add_argument("--run-id", default="", help="Results subdirectory name (default: time + workload)")
+    g.add_argument("--loadgen-stop-timeout", default="30s", help="How long requests on the wire may finish at stop")
+    g.add_argument("--on-worker-loss", default="continue", choices=("continue", "abort"), help="What a lost worker does")
+    g.add_argument("--target-info", default="", include_in_web_ui=False, help=argparse.SUPPRESS)
+
+
+def _opt(options: Any, name: str, default: Any = None) -> Any:
+    return getattr(options, name, default)
+
+
+def new_run_id(workload: str) -> str:
+    stem = Path(workload).stem if ("/" in workload or "." in workload) else workload
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}-{secrets.token_hex(2)}"
+
+
+def config_from_options(options: Any) -> RunConfig:
+    """A validated RunConfig from Locust's parsed options; UserError names the bad flag."""
+
+    def duration(flag: str, value: str) -> float:
+        try:
+            return parse_duration_s(value)
+        except ValueError as e:
+            raise UserError(f"--{flag}: {e}") from None
+
+    host = (_opt(options, "host") or "").rstrip("/")
+    if not host:
+        raise UserError("no target: give --host URL (or use 'loadgen run', which starts a simulated engine)")
+    if not host.startswith(("http://", "https://")):
+        raise UserError(f"--host {host!r} is not an http(s) URL; use e.g. http://127.0.0.1:8000")
+    try:
+        rate = parse_rate_per_s(_opt(options, "rate", "1"))
+    except ValueError as e:
+        raise UserError(f"--rate: {e}") from None
+    concurrency = int(_opt(options, "concurrency", 0) or 0)
+    num_sessions = int(_opt(options, "num_sessions", 0) or 0)
+    if concurrency < 0 or num_sessions < 0:
+        raise UserError("--concurrency and --num-sessions must be >= 0")
+    dur_text = _opt(options, "duration", "") or ""
+    duration_s = duration("duration", dur_text) if dur_text else None
+    if duration_s is None and not num_sessions:
+        duration_s = DEFAULT_DURATION_S
+    burstiness = float(_opt(options, "burstiness", 1.0))
+    if burstiness <= 0:
+        raise UserError(f"--burstiness {burstiness} must be > 0 (1 = Poisson, < 1 burstier)")
+    workload = _opt(options, "workload", "agentic-coding")
+    workload_text = None
+    if workload.endswith((".yaml", ".yml", ".jsonl")):
+        p = Path(workload)
+        if not p.is_file():
+            raise UserError(f"--workload {workload}: no such file")
+        workload_text = p.read_text()
+    trace = _opt(options, "trace", "") or None
+    trace_text = None
+    arrival = _opt(options, "arrival", "poisson")
+    if arrival == "trace":
+        if not trace:
+            raise UserError("--arrival trace needs --trace FILE")
+        if not Path(trace).is_file():
+            raise UserError(f"--trace {trace}: no such file")
+        trace_text = Path(trace).read_text()
+    api_key_env = _opt(options, "api_key_env", "") or None
+    if api_key_env and api_key_env not in os.environ:
+        raise UserError(f"--api-key-env {api_key_env}: that environment variable is not set")
+    slos = [s for s in (_opt(options, "slo", "") or "").split(",") if s.strip()]
+    if slos:
+        from analysis.slo import parse_slos
+
+        try:
+            parse_slos(",".join(slos))
+        except ValueError as e:
+            raise UserError(f"--slo: {e}") from None
+    label = _opt(options, "target_label", "") or host.split("://", 1)[1]
+    run_id = _opt(options, "run_id", "") or new_run_id(workload)
+    cost = float(_opt(options, "cost_per_hour", 0.0) or 0.0)
+    return RunConfig(
+        run_id=run_id,
+        workload=workload,
+        workload_text=workload_text,
+        seed=int(_opt(options, "seed", 0)),
+        arrival=arrival,
+        rate_per_s=rate,
+        burstiness=burstiness,
+        trace_path=trace,
+        trace_text=trace_text,
+        trace_time_scale=float(_opt(options, "trace_time_scale", 1.0)),
+        concurrency=concurrency or None,
+        num_sessions=num_sessions or None,
+        duration_s=duration_s,
+        warmup_s=duration("warmup", _opt(options, "warmup", "0s") or "0s"),
+        target_url=host,
+        target_label=label,
+        adapter=_opt(options, "adapter", "openai-chat"),
+        model=_opt(options, "model", "") or None,
+        api_key_env=api_key_env,
+        session_header=_opt(options, "session_header", "X-Session-ID"),
+        target_kind=_opt(options, "target_kind", "openai"),
+        cost_per_hour_usd=cost or None,
+        request_timeout_s=duration("request-timeout", _opt(options, "request_timeout", "300s")),
+        stop_timeout_s=duration("loadgen-stop-timeout", _opt(options, "loadgen_stop_timeout", "30s")),
+        results_dir=_opt(options, "results", "results"),
+        slos=slos,
+        max_schedule_lag_us=int(duration("max-schedule-lag", _opt(options, "max_schedule_lag", "10ms")) * 1e6),
+        on_worker_loss=_opt(options, "on_worker_loss", "continue"),
+    )

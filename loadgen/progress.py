@@ -1,0 +1,62 @@
+"""The live one-line progress display of a run (master or local process, on stderr).
+
+On a terminal it rewrites one line every report interval; otherwise (CI logs) it prints a line
+every 10 s. Percentiles are computed once per tick from the merged histograms, never per request.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from analysis.units import format_duration_us
+
+
+class ProgressLine:
+    def __init__(
+        self,
+        config: Any,
+        t0_unix_s: float,
+        aggregate: Any,
+        in_flight: Callable[[], tuple[int, int, int]],
+        stream: Any = None,
+    ) -> None:
+        self.config = config
+        self.t0 = t0_unix_s
+        self.aggregate = aggregate
+        self.in_flight = in_flight
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last_print = 0.0
+
+    def render(self) -> str:
+        elapsed = max(0.0, time.time() - self.t0)
+        started, sessions, requests_in_flight = self.in_flight()
+        ttft = self.aggregate.combined("ttft")
+        n = ttft.get_total_count()
+        p50 = format_duration_us(ttft.get_value_at_percentile(50)) if n else "-"
+        p99 = format_duration_us(ttft.get_value_at_percentile(99)) if n else "-"
+        errors = sum(self.aggregate.errors.values())
+        return (
+            f"[{elapsed:6.1f}s] sessions {started} started, {sessions} in flight | "
+            f"requests {self.aggregate.requests} done, {requests_in_flight} on the wire | "
+            f"TTFT p50 {p50} p99 {p99} | errors {errors}"
+        )
+
+    def tick(self) -> None:
+        now = time.time()
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + self.render())
+            self.stream.flush()
+        elif now - self._last_print >= 10.0:
+            self._last_print = now
+            print(self.render(), file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + self.render() + "\n")
+        else:
+            print(self.render(), file=self.stream, flush=True)
+        self.stream.flush()

@@ -1,0 +1,35 @@
+"""``loadgen report``: summarise a results directory, complete or partial, from its files alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from loadgen.errors import UserError
+
+
+def report_run(
+    run_dir: str | Path,
+    *,
+    html: bool = False,
+    csv_path: str | None = None,
+    slo: str | None = None,
+    cost_per_hour: float | None = None,
+) -> dict:
+    from analysis.errors import ResultsError
+    from analysis.summary import format_summary, summary_to_csv, write_summary
+
+    try:
+        summary = write_summary(run_dir, slos=slo, cost_per_hour_usd=cost_per_hour)
+    except (ResultsError, ValueError) as e:
+        raise UserError(str(e)) from None
+    click.echo(format_summary(summary))
+    if csv_path:
+        Path(csv_path).write_text(summary_to_csv(summary))
+        click.echo(f"csv: {csv_path}")
+    if html:
+        from analysis.report import write_report
+
+        click.echo(f"report: {write_report(run_dir)}")
+    return summary

@@ -1,0 +1,271 @@
+"""``loadgen run`` / ``master`` / ``worker``: fill Locust's flags, own the target fleet, run Locust.
+
+Locust runs in a child process (its gevent monkey-patching stays out of this one) that dies with
+this process (PR_SET_PDEATHSIG), like every fleet process we start: a killed ``loadgen run``
+leaves no orphan on a port. Validation and the target's preflight happen *before* any load.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgen.errors import UserError
+from loadgen.options import new_run_id
+
+LOCUSTFILE = str(Path(__file__).with_name("locustfile.py"))
+
+
+@dataclass
+class RunOptions:
+    """What the click front collected; names match the locustfile options."""
+
+    workload: str = "agentic-coding"
+    seed: int = 0
+    arrival: str = "poisson"
+    rate: str = "1"
+    burstiness: float = 1.0
+    trace: str | None = None
+    trace_time_scale: float = 1.0
+    concurrency: int = 0
+    num_sessions: int = 0
+    duration: str | None = None
+    warmup: str = "0s"
+    target: str | None = None
+    adapter: str = "openai-chat"
+    model: str | None = None
+    api_key_env: str | None = None
+    session_header: str | None = None
+    target_label: str | None = None
+    target_kind: str | None = None
+    cost_per_hour: float | None = None
+    request_timeout: str = "300s"
+    stop_timeout: str = "30s"
+    slo: str | None = None
+    max_schedule_lag: str = "10ms"
+    results: str = "results"
+    run_id: str | None = None
+    expect_model: str | None = None
+    # embedded fleet
+    profile: str = "laptop-qwen2.5-1.5b-q4"
+    time_scale: float = 1.0
+    replicas: int = 1
+    router: str = "none"
+    engine: str = "sim"
+    # processes
+    workers: int = 1
+    web: bool = False
+    web_host: str = "127.0.0.1"
+    web_port: int = 8089
+    on_worker_loss: str = "continue"
+    html: bool = False
+    quiet: bool = False
+    extra_locust_args: list[str] = field(default_factory=list)
+
+
+def validate(opts: RunOptions) -> None:
+    """Everything checkable without a server, so bad input fails before any process starts."""
+    from analysis.units import parse_duration_s, parse_rate_per_s
+    from workloads import load_workload
+    from workloads.errors import WorkloadError
+
+    try:
+        load_workload(opts.workload)
+    except WorkloadError as e:
+        raise UserError(str(e)) from None
+    for flag, value, parse in (
+        ("--rate", opts.rate, parse_rate_per_s),
+        ("--duration", opts.duration, parse_duration_s),
+        ("--warmup", opts.warmup, parse_duration_s),
+        ("--request-timeout", opts.request_timeout, parse_duration_s),
+        ("--stop-timeout", opts.stop_timeout, parse_duration_s),
+        ("--max-schedule-lag", opts.max_schedule_lag, parse_duration_s),
+    ):
+        if value is None:
+            continue
+        try:
+            parse(value)
+        except ValueError as e:
+            raise UserError(f"{flag}: {e}") from None
+    if opts.slo:
+        from analysis.slo import parse_slos
+
+        try:
+            parse_slos(opts.slo)
+        except ValueError as e:
+            raise UserError(f"--slo: {e}") from None
+    if opts.api_key_env and opts.api_key_env not in os.environ:
+        raise UserError(f"--api-key-env {opts.api_key_env}: that environment variable is not set")
+    if opts.workers < 1:
+        raise UserError(f"--workers {opts.workers}: must be at least 1")
+    if opts.arrival == "trace" and not opts.trace:
+        raise UserError("--arrival trace needs --trace FILE")
+    try:
+        from targets.registry import get_adapter
+
+        get_adapter(opts.adapter)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> list[str]:
+    """loadgen's options as Locust command-line flags (see loadgen/options.py)."""
+    args = [
+        "--host", url,
+        "--workload", opts.workload,
+        "--seed", str(opts.seed),
+        "--arrival", opts.arrival,
+        "--rate", str(opts.rate),
+        "--burstiness", str(opts.burstiness),
+        "--trace-time-scale", str(opts.trace_time_scale),
+        "--concurrency", str(opts.concurrency),
+        "--num-sessions", str(opts.num_sessions),
+        "--warmup", opts.warmup,
+        "--adapter", opts.adapter,
+        "--request-timeout", opts.request_timeout,
+        "--loadgen-stop-timeout", opts.stop_timeout,
+        "--max-schedule-lag", opts.max_schedule_lag,
+        "--results", opts.results,
+        "--on-worker-loss", opts.on_worker_loss,
+    ]  # fmt: skip
+    optional = {
+        "--trace": opts.trace,
+        "--duration": opts.duration,
+        "--model": opts.model,
+        "--api-key-env": opts.api_key_env,
+        "--session-header": opts.session_header,
+        "--target-label": opts.target_label,
+        "--target-kind": opts.target_kind,
+        "--cost-per-hour": None if opts.cost_per_hour is None else str(opts.cost_per_hour),
+        "--slo": opts.slo,
+        "--run-id": opts.run_id,
+        "--target-info": target_info_path,
+    }
+    for flag, value in optional.items():
+        if value:
+            args += [flag, value]
+    return args
+
+
+def _die_with_parent() -> None:
+    # Children die with us even on kill -9: no orphan keeps a port or keeps sending load.
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def run_locust(argv: list[str]) -> int:
+    """Run Locust with ``argv`` in a child process; forward SIGINT/SIGTERM; return its exit code."""
+    cmd = [sys.executable, "-m", "locust", "-f", LOCUSTFILE, *argv]
+    proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent)
+
+    def forward(signum: int, _frame: Any) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM if signum == signal.SIGTERM else signal.SIGINT)
+
+    old_int = signal.signal(signal.SIGINT, forward)
+    old_term = signal.signal(signal.SIGTERM, forward)
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+
+
+@contextmanager
+def target_for(opts: RunOptions) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The URL to load and what to record about it: the given target, or an embedded fleet."""
+    if opts.target:
+        yield opts.target.rstrip("/"), {}
+        return
+    from targets.fleet import start_fleet
+
+    try:
+        fleet = start_fleet(
+            replicas=opts.replicas,
+            engine=opts.engine,
+            profile=opts.profile,
+            time_scale=opts.time_scale,
+            seed=opts.seed,
+            router=opts.router,
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    try:
+        info: dict[str, Any] = {"kind": "router" if opts.router != "none" else "sim", "fleet": fleet.describe()}
+        if fleet.session_header and not opts.session_header:
+            opts.session_header = fleet.session_header
+        if not opts.quiet:
+            print(f"embedded fleet: {fleet.url} ({fleet.summary_line()})", file=sys.stderr, flush=True)
+        yield fleet.url, info
+    finally:
+        fleet.stop()
+
+
+def preflight(opts: RunOptions, url: str) -> dict[str, Any]:
+    """Reach the target, check it streams, check its identity; a one-line UserError otherwise."""
+    from targets.errors import TargetError
+    from targets.identity import check_expected, read_identity
+    from targets.identity import preflight as target_preflight
+    from targets.registry import get_adapter
+
+    try:
+        adapter = get_adapter(opts.adapter)
+        api_key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
+        target_preflight(url, adapter, model=opts.model, api_key=api_key, timeout_s=10.0)
+        identity = read_identity(url, opts.adapter, timeout_s=5.0)
+        if opts.expect_model:
+            check_expected(identity, {"model": opts.expect_model}, url=url)
+    except TargetError as e:
+        raise UserError(str(e)) from None
+    return identity
+
+
+def run(opts: RunOptions) -> int:
+    """``loadgen run``: the whole job. Returns the process exit code (see loadgen/verdict.py)."""
+    validate(opts)
+    if not opts.run_id:
+        opts.run_id = new_run_id(opts.workload)
+    with target_for(opts) as (url, info):
+        identity = preflight(opts, url)
+        info["identity"] = {**identity, **info.get("identity", {})}
+        with tempfile.NamedTemporaryFile("wb", suffix=".json", prefix="loadgen-target-", delete=False) as f:
+            f.write(orjson.dumps(info))
+            info_path = f.name
+        try:
+            argv = locust_args(opts, url, info_path)
+            argv += ["--loglevel", "WARNING", "--only-summary"]
+            if opts.web:
+                argv += ["--web-host", opts.web_host, "--web-port", str(opts.web_port), "--autostart"]
+            else:
+                argv += ["--headless"]
+            if opts.workers > 1:
+                argv += ["--processes", str(opts.workers), "-u", str(opts.workers), "-r", str(opts.workers)]
+            else:
+                argv += ["-u", "1", "-r", "1"]
+            argv += ["--json-file", str(Path(opts.results) / opts.run_id / "locust-stats.json")]
+            argv += opts.extra_locust_args
+            code = run_locust(argv)
+        finally:
+            os.unlink(info_path)
+    run_dir = Path(opts.results) / opts.run_id
+    if opts.html and (run_dir / "run.json").exists():
+        from analysis.report import write_report
+
+        path = write_report(run_dir)
+        print(f"report: {path}", file=sys.stderr)
+    return code

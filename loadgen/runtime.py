@@ -1,0 +1,530 @@
+"""loadgen inside Locust: plans, metric exchange, drain barrier, results and verdict.
+
+One ``LoadgenRuntime`` hangs off each Locust ``Environment`` (``environment.loadgen``), so a
+master and workers can share one test process. Roles follow Locust's runner:
+
+* **local** (no master/worker): drives, records and writes results in one process.
+* **master**: at ``test_start`` sends every connected worker a plan (config, n, slot, t0); merges
+  the workers' histogram deltas exactly (``decode_and_add``) and appends their records; writes
+  ``results/<run>/``; at ``test_stopping`` runs the drain barrier (Locust itself waits only 0.5 s
+  for final reports); at ``test_stop`` closes the results and computes the verdict.
+* **worker**: runs its ``Driver`` for the plan it got; ships deltas with every Locust report and
+  a final one when drained or done.
+
+Everything attaches through events and ``register_message``; no runner is subclassed or patched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+from gevent.event import Event
+from locust.runners import STATE_MISSING, LocalRunner, MasterRunner, WorkerRunner
+
+from analysis.records import RUN_ABORTED, RUN_COMPLETE, RequestRecord
+from loadgen.config import Plan, RunConfig
+from loadgen.driver import Driver
+from loadgen.errors import UserError
+from loadgen.metrics import Delta, MetricsAggregate, Recorder
+from loadgen.options import config_from_options
+from loadgen.progress import ProgressLine
+from loadgen.results import ResultsWriter
+from loadgen.verdict import Verdict, decide_verdict
+
+log = logging.getLogger("loadgen")
+
+MSG_PLAN = "loadgen_plan"
+MSG_DRAIN = "loadgen_drain"
+MSG_FINAL = "loadgen_final"
+MSG_DONE = "loadgen_done"
+
+START_LEAD_LOCAL_S = 0.2
+START_LEAD_DISTRIBUTED_S = 1.0
+
+
+class LoadgenRuntime:
+    def __init__(self, environment: Any) -> None:
+        self.env = environment
+        runner = environment.runner
+        if isinstance(runner, MasterRunner):
+            self.role = "master"
+        elif isinstance(runner, WorkerRunner):
+            self.role = "worker"
+        else:
+            self.role = "local"
+        # worker side
+        self.recorder = Recorder()
+        self.driver: Driver | None = None
+        self.plan: Plan | None = None
+        self._done_sent = False
+        # collector side (master/local)
+        self.aggregate = MetricsAggregate()
+        self.config: RunConfig | None = None
+        self.writer: ResultsWriter | None = None
+        self.t0_unix_s = 0.0
+        self.slots: dict[str, int] = {}
+        self.worker_state: dict[str, dict[str, Any]] = {}
+        self.finals: set[str] = set()
+        self.done_workers: set[str] = set()
+        self.lost: dict[str, dict[str, Any]] = {}
+        self._all_final = Event()
+        self._greenlets: list[gevent.Greenlet] = []
+        self._interval_start = 0.0
+        self._stopping_requested = False
+        self.verdict: Verdict | None = None
+        self.progress: ProgressLine | None = None
+        self.last_run_dir: Path | None = None
+
+    # ================================================================ installation
+    def install(self) -> None:
+        ev = self.env.events
+        runner = self.env.runner
+        if self.role in ("master", "local"):
+            ev.test_start.add_listener(self._on_test_start)
+            ev.test_stopping.add_listener(self._on_test_stopping)
+            ev.test_stop.add_listener(self._on_test_stop)
+            ev.quitting.add_listener(self._on_quitting)
+            ev.reset_stats.add_listener(self._on_reset_stats)
+        if self.role == "master":
+            ev.worker_report.add_listener(self._on_worker_report)
+            ev.worker_connect.add_listener(self._on_worker_connect)
+            runner.register_message(MSG_FINAL, self._on_final)
+            runner.register_message(MSG_DONE, self._on_done)
+        if self.role == "worker":
+            ev.report_to_master.add_listener(self._on_report_to_master)
+            ev.test_stop.add_listener(self._on_worker_test_stop)
+            runner.register_message(MSG_PLAN, self._on_plan)
+            runner.register_message(MSG_DRAIN, self._on_drain, concurrent=True)
+
+    # ================================================================ master / local
+    def _on_test_start(self, environment: Any, **_: Any) -> None:
+        try:
+            cfg = config_from_options(environment.parsed_options)
+            if self.config is not None and self.config.run_id == cfg.run_id:
+                # The web UI can start a second test in one process: never overwrite a run.
+                cfg.run_id = f"{cfg.run_id}-{int(time.time())}"
+            self._start_run(cfg)
+        except UserError as e:
+            self._fatal(str(e.message), 2)
+
+    def _start_run(self, cfg: RunConfig) -> None:
+        from workloads import load_workload
+
+        self._reset_collector()
+        self.config = cfg
+        try:
+            load_workload(cfg.workload)  # validate before any load is sent
+        except Exception as e:
+            raise UserError(f"--workload: {e}") from None
+        lead = START_LEAD_LOCAL_S if self.role == "local" else START_LEAD_DISTRIBUTED_S
+        self.t0_unix_s = time.time() + lead
+        self._interval_start = self.t0_unix_s
+        run_dir = Path(cfg.results_dir) / cfg.run_id
+        self.last_run_dir = run_dir
+        self.writer = ResultsWriter(run_dir, self._run_info(cfg), self.t0_unix_s)
+        log.info("loadgen run %s: results in %s", cfg.run_id, run_dir)
+        if self.role == "local":
+            plan = Plan(cfg, 1, 0, self.t0_unix_s)
+            self._start_driver(plan, worker_id="local")
+        else:
+            workers = sorted(c.id for c in self.env.runner.clients.values() if c.state != STATE_MISSING)
+            if not workers:
+                raise UserError("no workers connected; start workers with 'loadgen worker --master-host HOST'")
+            for slot, wid in enumerate(workers):
+                self.slots[wid] = slot
+                plan = Plan(cfg, len(workers), slot, self.t0_unix_s)
+                self.env.runner.send_message(MSG_PLAN, plan.to_wire(), client_id=wid)
+            self.writer.update_run(workers=[{"id": w, "slot": s} for w, s in self.slots.items()])
+        self.progress = ProgressLine(cfg, self.t0_unix_s, self.aggregate, self._in_flight_summary)
+        self._greenlets = [gevent.spawn(self._flush_loop)]
+        if cfg.duration_s is not None:
+            self._greenlets.append(gevent.spawn(self._stop_after, cfg.duration_s))
+        if self.role == "master":
+            self._greenlets.append(gevent.spawn(self._watch_workers))
+
+    def _run_info(self, cfg: RunConfig) -> dict[str, Any]:
+        from workloads import load_workload
+
+        wl = load_workload(cfg.workload)
+        target = {
+            "label": cfg.target_label,
+            "url": cfg.target_url,
+            "adapter": cfg.adapter,
+            "kind": cfg.target_kind,
+            "labels": cfg.target_labels,
+            "cost_per_hour_usd": cfg.cost_per_hour_usd,
+            "identity": self._identity(cfg),
+        }
+        info_file = getattr(self.env.parsed_options, "target_info", "") or ""
+        if info_file and os.path.exists(info_file):
+            import orjson
+
+            extra = orjson.loads(Path(info_file).read_bytes())
+            target.update({k: v for k, v in extra.items() if k != "identity"})
+            target["identity"] = {**target["identity"], **extra.get("identity", {})}
+        arrival: dict[str, Any] = {"kind": "closed-loop" if cfg.concurrency else cfg.arrival}
+        if cfg.concurrency:
+            arrival["concurrency"] = cfg.concurrency
+        else:
+            arrival["rate_per_s"] = cfg.rate_per_s
+            if cfg.arrival == "gamma":
+                arrival["burstiness"] = cfg.burstiness
+        return {
+            "run_id": cfg.run_id,
+            "seed": cfg.seed,
+            "mode": cfg.mode,
+            "arrival": arrival,
+            "workload": {"name": wl.name, "source": cfg.workload, "fingerprint": wl.fingerprint()},
+            "num_sessions": cfg.num_sessions,
+            "duration_s": cfg.duration_s,
+            "warmup_s": cfg.warmup_s,
+            "targets": [target],
+            "slos": cfg.slos,
+            "max_schedule_lag_us": cfg.max_schedule_lag_us,
+            "config": cfg.public_dict(),
+            "role": self.role,
+            "workers": [],
+            "lost_workers": [],
+        }
+
+    @staticmethod
+    def _identity(cfg: RunConfig) -> dict[str, Any]:
+        try:
+            from targets.identity import read_identity
+
+            return read_identity(cfg.target_url, cfg.adapter, timeout_s=3.0)
+        except Exception as e:  # identity is best effort here; `loadgen run` checks it before load
+            return {"error": str(e)}
+
+    def _start_driver(self, plan: Plan, worker_id: str, skip_before_s: float | None = None) -> None:
+        from workloads import load_workload
+
+        cfg = plan.config
+        api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
+        workload = _load_plan_workload(cfg, load_workload)
+        self.recorder = Recorder()
+        self.plan = plan
+        self._done_sent = False
+        self.driver = Driver(
+            plan,
+            worker_id=worker_id,
+            workload=workload,
+            on_record=self._on_record,
+            api_key=api_key,
+            skip_before_s=skip_before_s,
+        )
+        self.driver.start()
+        if self.role == "local":
+            self._greenlets.append(gevent.spawn(self._local_done_watch, self.driver))
+        else:
+            gevent.spawn(self._worker_done_watch, self.driver)
+
+    def _on_record(self, rec: RequestRecord) -> None:
+        self.recorder.record_request(rec)
+        ms = (rec.e2e_us or 0) / 1000.0
+        exc = None if rec.ok else RuntimeError(f"{rec.error_category}: {rec.error_message or ''}".strip())
+        self.env.events.request.fire(
+            request_type="LLM",
+            name=rec.turn_class,
+            response_time=ms,
+            response_length=rec.output_tokens,
+            exception=exc,
+            context={"session_id": rec.session_id, "turn": rec.turn_index},
+        )
+
+    def _local_done_watch(self, driver: Driver) -> None:
+        driver.done.wait()
+        if driver is self.driver and not driver.stopping:
+            log.info("all sessions finished")
+            self._request_stop()
+
+    def _stop_after(self, duration_s: float) -> None:
+        gevent.sleep(max(0.0, self.t0_unix_s + duration_s - time.time()))
+        log.info("duration reached, stopping arrivals")
+        self._request_stop()
+
+    def _request_stop(self) -> None:
+        if self._stopping_requested:
+            return
+        self._stopping_requested = True
+        headless = bool(getattr(self.env.parsed_options, "headless", False))
+        runner = self.env.runner
+        # Outside the caller's greenlet: quit() kills greenlets, possibly the caller's own.
+        gevent.spawn(runner.quit if headless else runner.stop)
+
+    def _fatal(self, message: str, code: int) -> None:
+        log.error("%s", message)
+        print(f"Error: {message}", file=sys.stderr, flush=True)
+        self.env.process_exit_code = code
+        self.verdict = Verdict(code, message)
+        gevent.spawn(self.env.runner.quit)
+
+    def _flush_loop(self) -> None:
+        assert self.config is not None
+        while True:
+            gevent.sleep(self.config.report_interval_s)
+            self._collect()
+            if self.progress is not None:
+                self.progress.tick()
+
+    def _collect(self) -> None:
+        """Merge what arrived since the last call and write it: one hlog interval, flushed records."""
+        if self.writer is None:
+            return
+        if self.role == "local":
+            self._merge(self.recorder.take_delta())
+        now = time.time()
+        self.writer.write_intervals(self.aggregate.take_interval(), self._interval_start, now)
+        self._interval_start = now
+        self.writer.flush()
+
+    def _merge(self, delta: Delta) -> None:
+        records = self.aggregate.merge(delta)
+        if self.writer is not None:
+            self.writer.append_records(records)
+
+    def _in_flight_summary(self) -> tuple[int, int, int]:
+        """(sessions started, sessions in flight, requests in flight) over all workers."""
+        if self.role == "local":
+            d = self.driver
+            return (d.sessions_started, len(d.in_flight.sessions), d.in_flight.requests) if d else (0, 0, 0)
+        started = sum(s.get("started", 0) for s in self.worker_state.values())
+        sessions = sum(len(s.get("sessions", ())) for s in self.worker_state.values())
+        requests = sum(s.get("requests", 0) for s in self.worker_state.values())
+        return started, sessions, requests
+
+    # ---------------------------------------------------------------- master messages
+    def _on_worker_report(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
+        payload = data.get("loadgen")
+        if payload is None or self.writer is None:
+            return
+        if payload.get("run_id") != (self.config.run_id if self.config else None):
+            return
+        self._merge(Delta.from_wire(payload))
+        self.worker_state[client_id] = payload.get("state", {})
+
+    def _on_final(self, environment: Any, msg: Any, **_: Any) -> None:
+        self._on_worker_report(msg.node_id, {"loadgen": msg.data})
+        self.finals.add(msg.node_id)
+        if self._expected_finals() <= self.finals:
+            self._all_final.set()
+
+    def _on_done(self, environment: Any, msg: Any, **_: Any) -> None:
+        self._on_worker_report(msg.node_id, {"loadgen": msg.data})
+        self.done_workers.add(msg.node_id)
+        alive = self._expected_finals()
+        if alive and alive <= self.done_workers and not self._stopping_requested:
+            log.info("all workers finished their sessions")
+            self._request_stop()
+
+    def _expected_finals(self) -> set[str]:
+        return {w for w in self.slots if w not in self.lost}
+
+    def _on_worker_connect(self, client_id: str, **_: Any) -> None:
+        # A worker that joins or rejoins during a run takes over a lost slot, from now on.
+        if self.config is None or self.writer is None or self._stopping_requested:
+            return
+        free = sorted((info["slot"], wid) for wid, info in self.lost.items() if not info.get("replaced_by"))
+        if not free:
+            return
+        slot, old = free[0]
+        self.lost[old]["replaced_by"] = client_id
+        self.slots[client_id] = slot
+        skip = max(0.0, time.time() - self.t0_unix_s)
+        plan = Plan(self.config, len({*self.slots.values()}), slot, self.t0_unix_s).to_wire()
+        plan["skip_before_s"] = skip
+        gevent.spawn_later(0.2, self.env.runner.send_message, MSG_PLAN, plan, client_id)
+        log.warning("worker %s takes over slot %d from lost worker %s (arrivals after %.1fs)", client_id, slot, old, skip)
+        self._write_lost()
+
+    def _watch_workers(self) -> None:
+        while True:
+            gevent.sleep(1.0)
+            for wid, node in list(self.env.runner.clients.items()):
+                if wid in self.slots and node.state == STATE_MISSING and wid not in self.lost:
+                    self._mark_lost(wid)
+            for wid in self.slots:
+                if wid not in self.env.runner.clients and wid not in self.lost and wid not in self.finals:
+                    self._mark_lost(wid)
+
+    def _mark_lost(self, wid: str) -> None:
+        state = self.worker_state.get(wid, {})
+        info = {
+            "worker": wid,
+            "slot": self.slots.get(wid),
+            "lost_at_s": round(time.time() - self.t0_unix_s, 3),
+            "in_flight_sessions": sorted(state.get("sessions", [])),
+        }
+        self.lost[wid] = info
+        log.error(
+            "worker %s (slot %s) lost: missed heartbeats; %d sessions were in flight",
+            wid,
+            info["slot"],
+            len(info["in_flight_sessions"]),
+        )
+        self._write_lost()
+        if self._expected_finals() <= self.finals:
+            self._all_final.set()
+        if self.config is not None and self.config.on_worker_loss == "abort":
+            self._abort_reason = f"worker {wid} lost and --on-worker-loss abort"
+            self._request_stop()
+
+    def _write_lost(self) -> None:
+        if self.writer is not None:
+            self.writer.update_run(
+                lost_workers=list(self.lost.values()), workers=[{"id": w, "slot": s} for w, s in self.slots.items()]
+            )
+
+    # ---------------------------------------------------------------- stop, verdict
+    def _on_test_stopping(self, environment: Any, **_: Any) -> None:
+        if self.config is None or self.writer is None:
+            return
+        self._stopping_requested = True
+        deadline = self.config.stop_timeout_s
+        if self.role == "local":
+            if self.driver is not None:
+                self.driver.drain(deadline)
+            return
+        expected = self._expected_finals()
+        if not expected:
+            return
+        self._all_final.clear()
+        if expected <= self.finals:
+            return
+        for wid in expected:
+            self.env.runner.send_message(MSG_DRAIN, {"deadline_s": deadline, "run_id": self.config.run_id}, wid)
+        if not self._all_final.wait(timeout=deadline + 10.0):
+            missing = sorted(self._expected_finals() - self.finals)
+            log.error("no final report from workers %s before the deadline; their last records are missing", missing)
+            self.writer.update_run(missing_final_reports=missing)
+
+    def _on_test_stop(self, environment: Any, **_: Any) -> None:
+        if self.config is None or self.writer is None:
+            return
+        for g in self._greenlets:
+            g.kill(block=False)
+        self._greenlets = []
+        self._collect()
+        cancelled = self._cancelled_counts()
+        status = RUN_ABORTED if getattr(self, "_abort_reason", None) else RUN_COMPLETE
+        self.writer.finish(
+            status,
+            requests_recorded=self.writer.records_written,
+            cancelled_at_stop=cancelled,
+            lost_workers=list(self.lost.values()),
+            abort_reason=getattr(self, "_abort_reason", None),
+        )
+        if self.progress is not None:
+            self.progress.finish()
+        self.verdict = decide_verdict(self.writer.dir, self.config, self.env)
+        self.writer = None
+
+    def _cancelled_counts(self) -> dict[str, int]:
+        if self.role == "local":
+            d = self.driver
+            return {"requests": d.requests_cancelled, "sessions": d.sessions_cancelled} if d else {}
+        out = {"requests": 0, "sessions": 0}
+        for s in self.worker_state.values():
+            out["requests"] += s.get("requests_cancelled", 0)
+            out["sessions"] += s.get("sessions_cancelled", 0)
+        return out
+
+    def _on_quitting(self, environment: Any, **_: Any) -> None:
+        if self.writer is not None:  # quit without a stop (e.g. SIGTERM): close what we have
+            self._on_test_stop(environment)
+        if self.verdict is not None:
+            environment.process_exit_code = self.verdict.exit_code
+            print(self.verdict.line, file=sys.stderr, flush=True)
+
+    def _on_reset_stats(self, **_: Any) -> None:
+        # The UI's reset button resets our live histograms too (the files keep everything).
+        self.aggregate.cumulative.clear()
+
+    def _reset_collector(self) -> None:
+        self.aggregate = MetricsAggregate()
+        self.slots = {}
+        self.worker_state = {}
+        self.finals = set()
+        self.done_workers = set()
+        self.lost = {}
+        self._stopping_requested = False
+        self._abort_reason = None
+        self.verdict = None
+
+    # ================================================================ worker
+    def _on_plan(self, environment: Any, msg: Any, **_: Any) -> None:
+        plan = Plan.from_wire(msg.data)
+        if self.driver is not None and not self.driver.done.is_set():
+            self.driver.drain(0)
+        try:
+            self._start_driver(plan, worker_id=self.env.runner.client_id, skip_before_s=msg.data.get("skip_before_s"))
+        except Exception as e:
+            log.error("worker cannot run the plan: %s", e)
+
+    def _worker_payload(self) -> dict[str, Any]:
+        d = self.driver
+        delta = self.recorder.take_delta().to_wire()
+        delta["run_id"] = self.plan.config.run_id if self.plan else None
+        delta["state"] = {
+            "started": d.sessions_started if d else 0,
+            "sessions": sorted(d.in_flight.sessions) if d else [],
+            "requests": d.in_flight.requests if d else 0,
+            "requests_cancelled": d.requests_cancelled if d else 0,
+            "sessions_cancelled": d.sessions_cancelled if d else 0,
+        }
+        return delta
+
+    def _on_report_to_master(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
+        if self.plan is not None:
+            data["loadgen"] = self._worker_payload()
+
+    def _on_drain(self, environment: Any, msg: Any, **_: Any) -> None:
+        if self.plan is None or msg.data.get("run_id") != self.plan.config.run_id:
+            return
+        if self.driver is not None:
+            self.driver.drain(float(msg.data.get("deadline_s", 30.0)))
+        self.env.runner.send_message(MSG_FINAL, self._worker_payload())
+
+    def _worker_done_watch(self, driver: Driver) -> None:
+        driver.done.wait()
+        if driver is self.driver and not driver.stopping and not self._done_sent:
+            self._done_sent = True
+            self.env.runner.send_message(MSG_DONE, self._worker_payload())
+
+    def _on_worker_test_stop(self, environment: Any, **_: Any) -> None:
+        # The master's drain barrier normally ran first; this covers a stop without one.
+        if self.driver is not None and not self.driver.done.is_set():
+            self.driver.drain(0)
+
+
+def _load_plan_workload(cfg: RunConfig, load_workload: Any) -> Any:
+    """The workload on a worker: the master's file content when the path does not exist here."""
+    if cfg.workload_text is not None and not os.path.exists(cfg.workload):
+        import tempfile
+
+        suffix = os.path.splitext(cfg.workload)[1]
+        d = tempfile.mkdtemp(prefix="loadgen-workload-")
+        path = os.path.join(d, os.path.basename(cfg.workload) or f"workload{suffix}")
+        with open(path, "w") as f:
+            f.write(cfg.workload_text)
+        return load_workload(path)
+    return load_workload(cfg.workload)
+
+
+def install(environment: Any) -> LoadgenRuntime:
+    """Attach loadgen to a Locust environment (called from the locustfile's init listener)."""
+    rt = LoadgenRuntime(environment)
+    environment.loadgen = rt
+    rt.install()
+    return rt
+
+
+__all__ = ["LoadgenRuntime", "install"]
+
+_ = LocalRunner  # imported for readers: the third role

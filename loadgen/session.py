@@ -1,0 +1,175 @@
+"""One agent session on the wire: turns in order, each re-sending the growing conversation.
+
+Turn k sends the system prompt, every previous user/tool message, the assistant replies the
+server *actually* streamed, and the new message. Between turns the agent thinks for the turn's
+``think_time_s``: the next turn's intended time is the previous turn's end plus that time, and
+its schedule lag is measured against it. A failed turn ends the session (the conversation cannot
+go on without the reply); the failure is a record, never an exception.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gevent
+
+from analysis.records import STATUS_ERROR, STATUS_OK, RequestRecord
+from loadgen.client import SessionConnection, StreamResult
+from targets.adapters.base import Adapter, ChatRequest
+from workloads.model import Session, turn_class
+
+
+@dataclass
+class SessionContext:
+    """What every session of a worker shares: the target, the clock anchor and the sinks."""
+
+    run_id: str
+    worker_id: str
+    base_url: str
+    adapter: Adapter
+    model: str | None
+    target_label: str
+    session_header: str
+    request_timeout_s: float
+    connect_timeout_s: float
+    api_key: str | None
+    extra_headers: dict[str, str]
+    t0_ns: int  # perf_counter_ns of the run start on this worker
+    on_record: Callable[[RequestRecord], None]
+    is_stopping: Callable[[], bool]
+    in_flight: InFlight
+
+
+class InFlight:
+    """Counts requests on the wire and sessions alive, and which sessions they are."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.sessions: set[str] = set()
+
+
+def sleep_until_ns(t_ns: int) -> None:
+    """Sleep to a perf_counter_ns instant; gevent timers wake ~1 ms late, so re-check the clock."""
+    while True:
+        remaining = t_ns - time.perf_counter_ns()
+        if remaining <= 0:
+            return
+        gevent.sleep(remaining / 1e9)
+
+
+def cold_nonce(run_id: str, session_id: str, turn_index: int) -> str:
+    """A one-token word unique to (run, session, turn): no engine cache can make the prompt warm."""
+    return "n" + format(zlib.crc32(f"{run_id}/{session_id}/{turn_index}".encode()), "07x")[:7]
+
+
+def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
+    """Replay ``session`` with its first turn intended at ``t_sched_ns`` (perf_counter_ns)."""
+    conn = SessionConnection(
+        ctx.base_url,
+        connect_timeout_s=ctx.connect_timeout_s,
+        api_key=ctx.api_key,
+        extra_headers=ctx.extra_headers,
+    )
+    messages: list[dict[str, str]] = []
+    if session.system_prompt:
+        messages.append({"role": "system", "content": session.system_prompt})
+    ctx.in_flight.sessions.add(session.session_id)
+    prev_end_ns = t_sched_ns
+    intended_ns = t_sched_ns
+    try:
+        for k, turn in enumerate(session.turns):
+            if k > 0:
+                intended_ns = prev_end_ns + int(turn.think_time_s * 1e9)
+            sleep_until_ns(intended_ns)
+            if ctx.is_stopping():
+                return
+            content = turn.content
+            if turn.cold:
+                content = f"{cold_nonce(ctx.run_id, session.session_id, k)} {content}"
+            messages.append({"role": "user", "content": content})
+            request_id = f"{ctx.run_id}-{session.index}-{k}"
+            prepared = ctx.adapter.build_request(
+                ChatRequest(
+                    messages=messages,
+                    max_tokens=turn.max_tokens,
+                    session_id=session.session_id,
+                    request_id=request_id,
+                    model=ctx.model,
+                    session_header=ctx.session_header,
+                )
+            )
+            ctx.in_flight.requests += 1
+            try:
+                result = conn.stream(prepared, ctx.adapter, deadline_s=ctx.request_timeout_s)
+            finally:
+                ctx.in_flight.requests -= 1
+            rec = _record(ctx, session, k, turn.max_tokens, request_id, intended_ns, result)
+            ctx.on_record(rec)
+            if not rec.ok:
+                return
+            messages.append({"role": "assistant", "content": result.text})
+            prev_end_ns = result.t_end_ns or time.perf_counter_ns()
+    finally:
+        ctx.in_flight.sessions.discard(session.session_id)
+        conn.close()
+
+
+def _us(t_ns: int | None, t0_ns: int) -> int | None:
+    return None if t_ns is None else (t_ns - t0_ns) // 1000
+
+
+def _record(
+    ctx: SessionContext,
+    session: Session,
+    turn_index: int,
+    max_tokens: int,
+    request_id: str,
+    intended_ns: int,
+    result: StreamResult,
+) -> RequestRecord:
+    t0 = ctx.t0_ns
+    chunk_ns = result.chunk_ns
+    itl_us = [(b - a) // 1000 for a, b in itertools.pairwise(chunk_ns)]
+    usage = result.usage
+    completion = usage.completion_tokens if usage is not None else None
+    chunk_tokens = result.chunk_tokens
+    n_chunks = len(chunk_ns)
+    if completion is not None:
+        output_tokens = completion
+    elif chunk_tokens:
+        output_tokens = sum(chunk_tokens)
+    else:
+        output_tokens = n_chunks
+    ok = result.error_category is None
+    return RequestRecord(
+        request_id=request_id,
+        session_id=session.session_id,
+        session_index=session.index,
+        turn_index=turn_index,
+        turn_class=turn_class(turn_index),
+        tenant=session.tenant,
+        target=ctx.target_label,
+        worker=ctx.worker_id,
+        status=STATUS_OK if ok else STATUS_ERROR,
+        t_sched_us=(intended_ns - t0) // 1000,
+        t_send_us=(result.t_send_ns - t0) // 1000,
+        t_first_us=_us(result.t_first_ns, t0),
+        t_last_us=_us(chunk_ns[-1] if chunk_ns else None, t0),
+        t_end_us=_us(result.t_end_ns, t0),
+        output_tokens=output_tokens,
+        chunks=n_chunks,
+        usage_completion_tokens=completion,
+        prompt_tokens=usage.prompt_tokens if usage is not None else None,
+        cached_tokens=usage.cached_tokens if usage is not None else None,
+        max_tokens=max_tokens,
+        itl_us=itl_us,
+        chunk_tokens=None if not chunk_tokens or all(n == 1 for n in chunk_tokens) else list(chunk_tokens),
+        error_category=result.error_category,
+        error_message=result.error_message,
+        http_status=result.http_status,
+        server_timings=result.server_timings,
+    )
