@@ -14,6 +14,7 @@ are clamped, because hdrh silently drops them. Which values a request contribute
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hdrh.histogram import HdrHistogram
@@ -79,13 +80,17 @@ class Recorder:
 class MetricsAggregate:
     """Master-side (or local) merge of deltas: cumulative and current-interval histograms."""
 
-    def __init__(self) -> None:
+    def __init__(self, request_meets_slos: Callable[[RequestRecord], bool] | None = None) -> None:
         self.cumulative: dict[str, HdrHistogram] = {}
         self.interval: dict[str, HdrHistogram] = {}
         self.requests = 0
         self.errors: dict[str, int] = {}
         self.output_tokens = 0
         self.prompt_tokens = 0
+        self._meets = request_meets_slos
+        self.slo_met = 0
+        self.slo_total = 0
+        self._last_by_metric: dict[str, HdrHistogram] = {}
 
     def merge(self, delta: Delta) -> list[RequestRecord]:
         for tag, payload in delta.histograms.items():
@@ -101,12 +106,27 @@ class MetricsAggregate:
                 self.errors[r.error_category] = self.errors.get(r.error_category, 0) + 1
             self.output_tokens += r.output_tokens
             self.prompt_tokens += r.prompt_tokens or 0
+            if self._meets is not None:
+                self.slo_total += 1
+                self.slo_met += bool(r.ok and self._meets(r))
         return records
 
     def take_interval(self) -> dict[str, HdrHistogram]:
+        """The interval histograms since the last call (per tag), and start a new interval."""
         out = {tag: h for tag, h in self.interval.items() if h.get_total_count()}
         self.interval = {}
+        by_metric: dict[str, HdrHistogram] = {}
+        for tag, h in out.items():
+            metric = parse_histogram_tag(tag)[0]
+            if metric not in by_metric:
+                by_metric[metric] = new_histogram()
+            by_metric[metric].add(h)
+        self._last_by_metric = by_metric
         return out
+
+    def last_interval_by_metric(self) -> dict[str, HdrHistogram]:
+        """The last taken interval merged over labels, per metric (for live charts)."""
+        return self._last_by_metric
 
     def combined(self, metric: str, turn_class: str | None = None) -> HdrHistogram:
         """One histogram for ``metric`` over all labels (optionally one turn class), merged exactly."""
@@ -117,5 +137,10 @@ class MetricsAggregate:
                 out.add(h)
         return out
 
-    def reset(self) -> None:
-        self.__init__()  # type: ignore[misc]
+    def reset_live(self) -> None:
+        """The web UI's reset button: forget live numbers (the results files keep everything)."""
+        self.cumulative.clear()
+        self.requests = 0
+        self.errors = {}
+        self.output_tokens = self.prompt_tokens = 0
+        self.slo_met = self.slo_total = 0

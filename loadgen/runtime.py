@@ -80,6 +80,7 @@ class LoadgenRuntime:
         self.verdict: Verdict | None = None
         self.progress: ProgressLine | None = None
         self.last_run_dir: Path | None = None
+        self.live_view: Any = None
 
     # ================================================================ installation
     def install(self) -> None:
@@ -91,6 +92,10 @@ class LoadgenRuntime:
             ev.test_stop.add_listener(self._on_test_stop)
             ev.quitting.add_listener(self._on_quitting)
             ev.reset_stats.add_listener(self._on_reset_stats)
+        if self.role in ("master", "local") and getattr(self.env, "web_ui", None) is not None:
+            from loadgen.webui import install_web_ui
+
+            install_web_ui(self.env, self)
         if self.role == "master":
             ev.worker_report.add_listener(self._on_worker_report)
             ev.worker_connect.add_listener(self._on_worker_connect)
@@ -270,6 +275,8 @@ class LoadgenRuntime:
         while True:
             gevent.sleep(self.config.report_interval_s)
             self._collect()
+            if self.live_view is not None:
+                self.live_view.record_history_point()
             if self.progress is not None:
                 self.progress.tick()
 
@@ -444,7 +451,7 @@ class LoadgenRuntime:
 
     def _on_reset_stats(self, **_: Any) -> None:
         # The UI's reset button resets our live histograms too (the files keep everything).
-        self.aggregate.cumulative.clear()
+        self.aggregate.reset_live()
 
     def _reset_collector(self) -> None:
         self.aggregate = MetricsAggregate()

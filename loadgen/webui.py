@@ -1,0 +1,198 @@
+"""The "LLM" tabs in Locust's web UI and a chart page of live percentiles.
+
+* Tabs through ``web_ui.template_args`` (``extended_tabs``, ``extended_tables``) with rows injected
+  into ``/stats/requests`` (``extended_stats``), the mechanism Locust offers for this.
+* ``/loadgen/charts``: p50/p95/p99 over time per metric (inline SVG, refreshed by the browser),
+  built from the interval histograms the master already merges.
+* ``/loadgen/live.json``: the same numbers as JSON.
+
+Every route is behind ``auth_required_if_enabled``, so ``--web-login`` keeps protecting it.
+Percentiles are computed at most once per second, never per request.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+import orjson
+
+LIVE_METRICS = ("ttft", "tpot", "itl", "e2e", "schedule_lag")
+TURN_CLASSES = (None, "first", "follow-up")
+HISTORY_POINTS = 720  # 12 minutes at one point a second; older points are thinned
+
+
+def _ms(value_us: float | None) -> float | None:
+    return None if value_us is None else round(value_us / 1000.0, 2)
+
+
+class LiveView:
+    """Live numbers for the UI, from the runtime's merged histograms (cached for one second)."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.rt = runtime
+        self._cache: tuple[float, dict[str, Any]] | None = None
+        self.history: list[dict[str, Any]] = []
+
+    def snapshot(self) -> dict[str, Any]:
+        now = time.monotonic()
+        if self._cache is not None and now - self._cache[0] < 1.0:
+            return self._cache[1]
+        agg = self.rt.aggregate
+        rows = []
+        for metric in LIVE_METRICS:
+            for tc in TURN_CLASSES:
+                h = agg.combined(metric, tc)
+                n = h.get_total_count()
+                rows.append(
+                    {
+                        "name": metric,
+                        "turn_class": tc or "all",
+                        "count": n,
+                        "p50_ms": _ms(h.get_value_at_percentile(50)) if n else None,
+                        "p95_ms": _ms(h.get_value_at_percentile(95)) if n else None,
+                        "p99_ms": _ms(h.get_value_at_percentile(99)) if n else None,
+                    }
+                )
+        started, sessions, on_wire = self.rt._in_flight_summary()
+        elapsed = max(1e-9, time.time() - self.rt.t0_unix_s) if self.rt.t0_unix_s else 0.0
+        run = [
+            ("run", self.rt.config.run_id if self.rt.config else "-"),
+            ("mode", self.rt.config.mode if self.rt.config else "-"),
+            ("elapsed", f"{elapsed:.1f}s"),
+            ("sessions started", started),
+            ("sessions in flight", sessions),
+            ("requests on the wire", on_wire),
+            ("requests done", agg.requests),
+            ("output tokens/s", round(agg.output_tokens / elapsed, 1) if elapsed else 0),
+            ("input tokens/s", round(agg.prompt_tokens / elapsed, 1) if elapsed else 0),
+            ("errors", sum(agg.errors.values())),
+        ]
+        run += [(f"errors: {k}", v) for k, v in sorted(agg.errors.items())]
+        if agg.slo_total:
+            run.append(("SLO attainment", f"{100.0 * agg.slo_met / agg.slo_total:.1f}%"))
+        data = {
+            "percentiles": rows,
+            "run": [{"key": k, "value": str(v)} for k, v in run],
+        }
+        self._cache = (now, data)
+        return data
+
+    def record_history_point(self) -> None:
+        """Called once per flush: p50/p95/p99 of the last interval, per metric (all turn classes)."""
+        point: dict[str, Any] = {"t": round(time.time() - self.rt.t0_unix_s, 1)}
+        for metric, h in self.rt.aggregate.last_interval_by_metric().items():
+            if h.get_total_count():
+                point[metric] = [_ms(h.get_value_at_percentile(p)) for p in (50, 95, 99)]
+        self.history.append(point)
+        if len(self.history) > HISTORY_POINTS:
+            self.history = self.history[::2]
+
+
+def install_web_ui(environment: Any, runtime: Any) -> None:
+    web_ui = environment.web_ui
+    if web_ui is None:
+        return
+    from flask import Response, request
+
+    view = LiveView(runtime)
+    runtime.live_view = view
+    web_ui.template_args["extended_tabs"] = [
+        {"title": "LLM", "key": "llm"},
+        {"title": "LLM run", "key": "llm-run"},
+    ]
+    web_ui.template_args["extended_tables"] = [
+        {
+            "key": "llm",
+            "structure": [
+                {"key": "name", "title": "Metric"},
+                {"key": "turn_class", "title": "Turns"},
+                {"key": "count", "title": "Count"},
+                {"key": "p50_ms", "title": "p50 (ms)"},
+                {"key": "p95_ms", "title": "p95 (ms)"},
+                {"key": "p99_ms", "title": "p99 (ms)"},
+            ],
+        },
+        {"key": "llm-run", "structure": [{"key": "key", "title": "Run"}, {"key": "value", "title": "Value"}]},
+    ]
+    web_ui.template_args["extended_csv_files"] = [{"href": "/loadgen/charts", "title": "LLM percentile charts (loadgen)"}]
+
+    @web_ui.app.after_request
+    def _extend_stats(response: Any) -> Any:
+        if request.path != "/stats/requests" or response.status_code != 200:
+            return response
+        snap = view.snapshot()
+        body = orjson.loads(response.get_data())
+        body["extended_stats"] = [
+            {"key": "llm", "data": snap["percentiles"]},
+            {"key": "llm-run", "data": snap["run"]},
+        ]
+        response.set_data(orjson.dumps(body))
+        return response
+
+    @web_ui.app.route("/loadgen/live.json")
+    @web_ui.auth_required_if_enabled
+    def _live_json() -> Any:
+        return Response(orjson.dumps({**view.snapshot(), "history": view.history}), mimetype="application/json")
+
+    @web_ui.app.route("/loadgen/charts")
+    @web_ui.auth_required_if_enabled
+    def _charts() -> Any:
+        return Response(render_charts_page(view.history, view.snapshot()), mimetype="text/html")
+
+
+def _svg_chart(title: str, points: list[tuple[float, list[float | None]]], width: int = 560, height: int = 220) -> str:
+    pad_l, pad_b, pad_t, pad_r = 56, 28, 24, 12
+    if not points:
+        return f'<figure class="chart" data-metric="{html.escape(title)}"><figcaption>{html.escape(title)}</figcaption><p>no data yet</p></figure>'
+    xs = [t for t, _ in points]
+    ys = [v for _, vals in points for v in vals if v is not None]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    y1 = max(ys) * 1.1 if ys and max(ys) > 0 else 1.0
+
+    def sx(x: float) -> float:
+        return pad_l + (x - x0) / (x1 - x0) * (width - pad_l - pad_r)
+
+    def sy(y: float) -> float:
+        return height - pad_b - y / y1 * (height - pad_b - pad_t)
+
+    colors = ("#2b7bb9", "#e08a1e", "#c0392b")
+    lines = []
+    for i, label in enumerate(("p50", "p95", "p99")):
+        pts = " ".join(f"{sx(t):.1f},{sy(vals[i]):.1f}" for t, vals in points if vals[i] is not None)
+        lines.append(f'<polyline fill="none" stroke="{colors[i]}" stroke-width="1.6" points="{pts}"><title>{label}</title></polyline>')
+        lines.append(f'<text x="{width - pad_r - 40 * (3 - i)}" y="14" fill="{colors[i]}" font-size="11">{label}</text>')
+    axis = (
+        f'<line x1="{pad_l}" y1="{height - pad_b}" x2="{width - pad_r}" y2="{height - pad_b}" stroke="#888"/>'
+        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{height - pad_b}" stroke="#888"/>'
+        f'<text x="4" y="{pad_t + 4}" font-size="10">{y1:.1f} ms</text>'
+        f'<text x="4" y="{height - pad_b}" font-size="10">0</text>'
+        f'<text x="{pad_l}" y="{height - 8}" font-size="10">{x0:.0f}s</text>'
+        f'<text x="{width - pad_r - 30}" y="{height - 8}" font-size="10">{x1:.0f}s</text>'
+    )
+    return (
+        f'<figure class="chart" data-metric="{html.escape(title)}"><figcaption>{html.escape(title)}</figcaption>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">{axis}{"".join(lines)}</svg></figure>'
+    )
+
+
+def render_charts_page(history: list[dict[str, Any]], snapshot: dict[str, Any]) -> str:
+    charts = []
+    for metric in LIVE_METRICS:
+        pts = [(p["t"], p[metric]) for p in history if metric in p]
+        charts.append(_svg_chart(f"{metric} (ms, per interval)", pts))
+    run_rows = "".join(
+        f"<tr><th>{html.escape(r['key'])}</th><td>{html.escape(r['value'])}</td></tr>" for r in snapshot["run"]
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
+        "<title>loadgen: live LLM metrics</title><style>body{font-family:system-ui,sans-serif;margin:1.5em}"
+        "figure{display:inline-block;margin:0 1em 1em 0}figcaption{font-weight:600}"
+        "table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bottom:1px solid #ddd}</style>"
+        "</head><body><h1>loadgen: live LLM metrics</h1>"
+        f"<table>{run_rows}</table>{''.join(charts)}</body></html>"
+    )
+
+
+__all__ = ["LiveView", "install_web_ui", "render_charts_page"]
