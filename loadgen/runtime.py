@@ -28,6 +28,7 @@ from gevent.event import Event
 from locust.runners import STATE_MISSING, LocalRunner, MasterRunner, WorkerRunner
 
 from analysis.records import RUN_ABORTED, RUN_COMPLETE, RequestRecord
+from analysis.slo import parse_slos
 from loadgen.config import Plan, RunConfig
 from loadgen.driver import Driver
 from loadgen.errors import UserError
@@ -123,6 +124,8 @@ class LoadgenRuntime:
 
         self._reset_collector()
         self.config = cfg
+        slos = parse_slos(cfg.slos)
+        self.aggregate = MetricsAggregate(slos.request_meets if slos.per_request else None)
         try:
             load_workload(cfg.workload)  # validate before any load is sent
         except Exception as e:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from analysis.units import format_duration_us
 
 log = logging.getLogger("loadgen")
@@ -34,27 +36,34 @@ class Verdict:
         return f"loadgen verdict: {word}: {self.reason}"
 
 
-def verdict_from_summary(summary: dict[str, Any], slos: list[str], max_schedule_lag_us: int) -> Verdict:
+def verdict_from_summary(summary: dict[str, Any], slos: list[str]) -> Verdict:
     """Pure decision from a summary.json dict; see the module docstring for the order."""
-    from analysis.slo import evaluate_percentile_slos, parse_slos
+    from analysis.slo import evaluate_percentile_slos
 
-    lag_p99 = (summary.get("metrics", {}).get("schedule_lag") or {}).get("p99")
-    if lag_p99 is not None and lag_p99 > max_schedule_lag_us:
+    gen = summary.get("generator") or {}
+    if gen.get("saturated"):
         return Verdict(
             EXIT_GENERATOR_SATURATED,
-            f"generator saturated: schedule-lag p99 {format_duration_us(lag_p99)} > "
-            f"{format_duration_us(max_schedule_lag_us)}; add workers (--workers N) or lower the rate",
+            f"generator saturated: schedule-lag p99 {gen.get('schedule_lag_p99_ms')} ms > "
+            f"{gen.get('saturation_bound_ms')} ms; add workers (--workers N) or lower the rate",
         )
-    checks = evaluate_percentile_slos(summary, parse_slos(",".join(slos))) if slos else []
-    missed = [c for c in checks if not c.ok]
+    checks = evaluate_percentile_slos(summary, slos) if slos else []
+    missed = [f"{slo} (observed {_ms(obs)})" for slo, obs, ok in checks if not ok]
     if missed:
-        return Verdict(EXIT_SLO_MISSED, "SLO missed: " + "; ".join(c.describe() for c in missed))
-    errors = summary.get("errors", {}).get("total", 0)
-    requests = summary.get("requests", {}).get("total", 0)
+        return Verdict(EXIT_SLO_MISSED, "SLO missed: " + "; ".join(missed))
+    requests = summary.get("requests") or {}
+    errors = requests.get("errors", 0)
+    measured = requests.get("measured", 0)
     if errors:
-        return Verdict(EXIT_REQUEST_FAILURES, f"{errors} of {requests} requests failed")
-    met = "; ".join(c.describe() for c in checks)
-    return Verdict(EXIT_OK, f"{requests} requests, no failures" + (f"; SLOs met: {met}" if met else ""))
+        by = (summary.get("errors") or {}).get("by_category") or {}
+        detail = ", ".join(f"{k} {v}" for k, v in by.items())
+        return Verdict(EXIT_REQUEST_FAILURES, f"{errors} of {measured} requests failed ({detail})")
+    met = "; ".join(f"{slo} (observed {_ms(obs)})" for slo, obs, _ in checks)
+    return Verdict(EXIT_OK, f"{measured} requests, no failures" + (f"; SLOs met: {met}" if met else ""))
+
+
+def _ms(value_ms: float | None) -> str:
+    return "none" if value_ms is None else format_duration_us(value_ms * 1000.0)
 
 
 def decide_verdict(run_dir: Path, config: Any, environment: Any) -> Verdict:
@@ -62,10 +71,10 @@ def decide_verdict(run_dir: Path, config: Any, environment: Any) -> Verdict:
     from analysis.summary import format_summary, write_summary
 
     try:
-        summary = write_summary(run_dir, slos=",".join(config.slos) or None)
+        summary = orjson.loads(write_summary(run_dir).read_bytes())
     except Exception as e:  # the data is on disk; a report bug must not hide it
         log.exception("summary failed")
         return Verdict(EXIT_USAGE, f"could not summarise {run_dir}: {e}")
     print(format_summary(summary), flush=True)
     print(f"results: {run_dir}", flush=True)
-    return verdict_from_summary(summary, config.slos, config.max_schedule_lag_us)
+    return verdict_from_summary(summary, config.slos)
