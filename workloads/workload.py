@@ -1,0 +1,95 @@
+"""The ``Workload`` interface every source of sessions implements (synthetic specs, session files).
+
+A workload is a pure function ``(seed, index) -> Session``: session k is the same whatever the number
+of workers or of sessions asked for, which is what pairs the two arms of an A/B run.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+from workloads.errors import WorkloadError
+from workloads.model import Session
+from workloads.tokenizer import synthetic_text
+
+
+class Workload(ABC):
+    """Sessions by (seed, index), plus what a run records about where they came from.
+
+    Attributes: ``name`` (the spec's name or the session file's stem), ``source`` (the shipped spec
+    name or the file path), ``kind`` (``"synthetic"`` or ``"sessions"``).
+    """
+
+    name: str
+    source: str
+    kind: str
+
+    @property
+    @abstractmethod
+    def num_sessions(self) -> int | None:
+        """How many sessions exist: None for a synthetic spec (unbounded), N for a session file."""
+
+    @property
+    @abstractmethod
+    def tenants(self) -> tuple[str, ...]:
+        """The tenant names sessions may carry, in spec or file order."""
+
+    @abstractmethod
+    def session(self, seed: int, index: int) -> Session:
+        """Session ``index`` (0-based) for ``seed``; depends on nothing else."""
+
+    @abstractmethod
+    def fingerprint(self) -> str:
+        """Hex sha256 of what determines the sessions, so runs on different workloads are told apart."""
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description for run.json: kind, name, source, fingerprint and the content."""
+
+    def sessions(self, seed: int, n: int, start: int = 0) -> Iterator[Session]:
+        """Sessions ``start .. start+n-1``."""
+        for index in range(start, start + n):
+            yield self.session(seed, index)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} from {self.source!r}>"
+
+
+def check_seed_index(seed: Any, index: Any, num_sessions: int | None, *, where: str) -> None:
+    """Raise a one-line WorkloadError for a bad seed or an index outside the workload."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise WorkloadError(f"{where}: seed {seed!r} is not allowed; use an integer")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise WorkloadError(f"{where}: session index {index!r} is not allowed; use an integer >= 0")
+    if num_sessions is not None and index >= num_sessions:
+        raise WorkloadError(
+            f"{where}: session index {index} is out of range; the file holds {num_sessions} sessions "
+            f"(0..{num_sessions - 1})"
+        )
+
+
+def session_rng(seed: int, index: int, stream: str) -> random.Random:
+    """The RNG of one aspect (``stream``) of session ``index``.
+
+    String seeds hash with SHA-512 inside ``random.Random``, so this is stable across processes and
+    Python runs. One stream per aspect means changing, say, ``output_tokens`` leaves the prompt texts
+    of every session unchanged.
+    """
+    return random.Random(f"{seed}:{index}:{stream}")
+
+
+def session_id(seed: int, index: int) -> str:
+    """The stable id of synthetic session ``index``: ``s{seed}-{index:06d}``."""
+    return f"s{seed}-{index:06d}"
+
+
+def system_prompt_text(seed: int, tenant: str, n_tokens: int) -> str:
+    """A tenant's system prompt: the same text for every session of ``tenant`` under ``seed``.
+
+    Built from (seed, tenant) only, and the shorter prompt is a prefix of the longer one, so a prefix
+    cache shares it across the tenant's sessions.
+    """
+    return synthetic_text(n_tokens, random.Random(f"{seed}:system:{tenant}:text"))
