@@ -1,0 +1,287 @@
+"""Session files: one JSON object per line, one session per line, replayed as written.
+
+Line format (docs/workloads.md)::
+
+    {"id": "s42-000000", "tenant": "team-a",
+     "system_prompt": "..."            # or "system_prompt_tokens": 2000 (or neither: no system prompt)
+     "turns": [{"content": "...", "max_tokens": 64},            # or "tokens": 300 instead of content
+               {"tokens": 1200, "max_tokens": 64, "think_time": 1.5, "role": "tool", "cold": false}]}
+
+Session k is the k-th non-blank line. Given texts are sent as they are, whatever the seed. Token
+counts become text deterministically from (seed, index), with the same streams the synthetic
+generator uses, so a file written with ``include_text=False`` replays the same sessions for the seed
+it was written with. ``think_time`` is seconds (a number) or a duration string (``"1500ms"``), and is
+absent or 0 on the first turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from analysis.units import parse_duration_s
+from workloads.errors import WorkloadError
+from workloads.model import Session, Turn
+from workloads.spec import DEFAULT_TENANT, GENERATOR_VERSION
+from workloads.tokenizer import count_tokens, synthetic_text
+from workloads.workload import Workload, check_seed_index, session_rng, system_prompt_text
+
+SESSION_KEYS = ("id", "tenant", "system_prompt", "system_prompt_tokens", "turns")
+TURN_KEYS = ("content", "tokens", "max_tokens", "think_time", "role", "cold")
+ROLES = ("user", "tool")
+
+
+class SessionFileWorkload(Workload):
+    """The sessions of a JSONL file; ``num_sessions`` is the number of lines holding one."""
+
+    kind = "sessions"
+
+    def __init__(self, records: list[dict[str, Any]], *, name: str, source: str):
+        self._records = records
+        self.name = name
+        self.source = source
+        self._tenants = tuple(dict.fromkeys(r["tenant"] for r in records))
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._records)
+
+    @property
+    def tenants(self) -> tuple[str, ...]:
+        return self._tenants
+
+    def session(self, seed: int, index: int) -> Session:
+        check_seed_index(seed, index, len(self._records), where=self.source)
+        rec = self._records[index]
+        if "system_prompt_tokens" in rec:
+            system = system_prompt_text(seed, rec["tenant"], rec["system_prompt_tokens"])
+        else:
+            system = rec["system_prompt"]
+        r_text = session_rng(seed, index, "text")
+        turns = tuple(
+            Turn(
+                content=t["content"] if "content" in t else synthetic_text(t["tokens"], r_text),
+                max_tokens=t["max_tokens"],
+                think_time_s=t["think_time"],
+                role=t["role"],
+                cold=t["cold"],
+            )
+            for t in rec["turns"]
+        )
+        return Session(
+            session_id=rec["id"],
+            tenant=rec["tenant"],
+            system_prompt=system,
+            turns=turns,
+            index=index,
+            meta={"workload": self.name},
+        )
+
+    def fingerprint(self) -> str:
+        """sha256 over the parsed sessions (not the bytes: key order and spacing do not count)."""
+        h = hashlib.sha256(f"sessions:{GENERATOR_VERSION}\n".encode())
+        for rec in self._records:
+            h.update(json.dumps(rec, sort_keys=True, separators=(",", ":")).encode())
+            h.update(b"\n")
+        return h.hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "source": self.source,
+            "fingerprint": self.fingerprint(),
+            "num_sessions": self.num_sessions,
+        }
+
+
+def load_sessions_jsonl(path: str | Path) -> SessionFileWorkload:
+    """Read and validate a session file; every error names ``file line N: key``."""
+    path = Path(path)
+    where = str(path)
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise WorkloadError(
+            f"{where}: cannot read the session file ({reason}); give a readable .jsonl file"
+        ) from None
+    records: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    with handle:
+        try:
+            for lineno, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                rec = _parse_line(line, where=f"{where} line {lineno}")
+                if rec["id"] in seen:
+                    raise WorkloadError(
+                        f"{where} line {lineno}: id: {_short(rec['id'])} already used on line {seen[rec['id']]}; "
+                        "give every session a unique id"
+                    )
+                seen[rec["id"]] = lineno
+                records.append(rec)
+        except UnicodeDecodeError:
+            raise WorkloadError(f"{where}: not UTF-8 text; a session file is UTF-8 JSON lines") from None
+    if not records:
+        raise WorkloadError(f"{where}: holds no sessions; give one JSON object per line")
+    return SessionFileWorkload(records, name=path.stem, source=where)
+
+
+def _parse_line(line: str, *, where: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(line.strip())
+    except json.JSONDecodeError as e:
+        raise WorkloadError(
+            f"{where}: not valid JSON ({e.msg} at column {e.colno}); give one JSON object per line"
+        ) from None
+    if not isinstance(obj, dict):
+        raise WorkloadError(f"{where}: {_short(obj)} is not a JSON object; give one session object per line")
+    for key in obj:
+        if key not in SESSION_KEYS:
+            raise WorkloadError(f"{where}: {key}: unknown key; use one of {', '.join(SESSION_KEYS)}")
+    if "id" not in obj:
+        raise WorkloadError(f"{where}: id: missing; every session needs an id (a non-empty string)")
+    sid = obj["id"]
+    if not isinstance(sid, str) or not sid:
+        raise WorkloadError(f"{where}: id: {_short(sid)} is not allowed; use a non-empty string")
+    tenant = obj.get("tenant", DEFAULT_TENANT)
+    if not isinstance(tenant, str) or not tenant:
+        raise WorkloadError(f"{where}: tenant: {_short(tenant)} is not allowed; use a non-empty string")
+    if "system_prompt" in obj and "system_prompt_tokens" in obj:
+        raise WorkloadError(f"{where}: system_prompt_tokens: given with system_prompt; give one of the two")
+    rec: dict[str, Any] = {"id": sid, "tenant": tenant}
+    if "system_prompt_tokens" in obj:
+        where_key = f"{where}: system_prompt_tokens"
+        rec["system_prompt_tokens"] = _count(obj["system_prompt_tokens"], where=where_key, at_least=0)
+    else:
+        rec["system_prompt"] = obj.get("system_prompt", "")
+        if not isinstance(rec["system_prompt"], str):
+            raise WorkloadError(
+                f"{where}: system_prompt: {_short(rec['system_prompt'])} is not text; use a string"
+            )
+    if "turns" not in obj:
+        raise WorkloadError(f"{where}: turns: missing; every session needs a non-empty list of turns")
+    raw_turns = obj["turns"]
+    if not isinstance(raw_turns, list) or not raw_turns:
+        raise WorkloadError(
+            f"{where}: turns: {_short(raw_turns)} is not allowed; use a non-empty list of turns"
+        )
+    rec["turns"] = [_parse_turn(t, i, where=where) for i, t in enumerate(raw_turns)]
+    return rec
+
+
+def _parse_turn(obj: Any, i: int, *, where: str) -> dict[str, Any]:
+    at = f"turns[{i}]"
+    if not isinstance(obj, dict):
+        raise WorkloadError(
+            f'{where}: {at}: {_short(obj)} is not a JSON object; use {{"content", "max_tokens"}}'
+        )
+    for key in obj:
+        if key not in TURN_KEYS:
+            raise WorkloadError(f"{where}: {at}.{key}: unknown key; use one of {', '.join(TURN_KEYS)}")
+    if ("content" in obj) == ("tokens" in obj):
+        what = "both given" if "content" in obj else "missing"
+        raise WorkloadError(
+            f"{where}: {at}.content: {what}; give exactly one of content (text) or tokens (a count)"
+        )
+    if "content" in obj:
+        text: dict[str, Any] = {"content": obj["content"]}
+        if not isinstance(obj["content"], str):
+            raise WorkloadError(f"{where}: {at}.content: {_short(obj['content'])} is not text; use a string")
+    else:
+        text = {"tokens": _count(obj["tokens"], where=f"{where}: {at}.tokens", at_least=1)}
+    if "max_tokens" not in obj:
+        raise WorkloadError(
+            f"{where}: {at}.max_tokens: missing; every turn needs max_tokens (an integer >= 1)"
+        )
+    max_tokens = _count(obj["max_tokens"], where=f"{where}: {at}.max_tokens", at_least=1)
+    think = obj.get("think_time", 0)
+    try:
+        think_s = parse_duration_s(think)
+    except ValueError:
+        raise WorkloadError(
+            f'{where}: {at}.think_time: {_short(think)} is not a duration; use seconds >= 0 or e.g. "1500ms"'
+        ) from None
+    if i == 0 and think_s != 0:
+        raise WorkloadError(
+            f"{where}: {at}.think_time: {_short(think)} on the first turn; the first turn starts at the "
+            "session's arrival, so leave it out or use 0"
+        )
+    role = obj.get("role", "user")
+    if role not in ROLES:
+        raise WorkloadError(
+            f"{where}: {at}.role: {_short(role)} is not allowed; use one of {', '.join(ROLES)}"
+        )
+    cold = obj.get("cold", False)
+    if not isinstance(cold, bool):
+        raise WorkloadError(f"{where}: {at}.cold: {_short(cold)} is not allowed; use true or false")
+    return {**text, "max_tokens": max_tokens, "think_time": think_s, "role": role, "cold": cold}
+
+
+def _count(value: Any, *, where: str, at_least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < at_least:
+        raise WorkloadError(f"{where}: {_short(value)} is not allowed; use an integer >= {at_least}")
+    return value
+
+
+def _short(value: Any) -> str:
+    """A JSON value as it appears in the file, cut to keep the message on one short line."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def session_record(session: Session, *, include_text: bool = True) -> dict[str, Any]:
+    """The JSONL object of one session. Without text, counts replace texts (``tokens``)."""
+    rec: dict[str, Any] = {"id": session.session_id, "tenant": session.tenant}
+    if include_text:
+        if session.system_prompt:
+            rec["system_prompt"] = session.system_prompt
+    else:
+        rec["system_prompt_tokens"] = count_tokens(session.system_prompt)
+    turns = []
+    for i, t in enumerate(session.turns):
+        out: dict[str, Any] = {"content": t.content} if include_text else {"tokens": count_tokens(t.content)}
+        out["max_tokens"] = t.max_tokens
+        if i > 0:
+            out["think_time"] = t.think_time_s
+        out["role"] = t.role
+        if t.cold:
+            out["cold"] = True
+        turns.append(out)
+    rec["turns"] = turns
+    return rec
+
+
+def write_sessions_jsonl(
+    workload: Workload, seed: int, n: int, path: str | Path, *, include_text: bool = True
+) -> Path:
+    """Write sessions ``0 .. n-1`` of ``workload`` under ``seed`` to ``path`` (atomically).
+
+    Replaying the file (``load_sessions_jsonl``) gives the same sessions. With ``include_text=False``
+    only token counts are written; replayed with the same seed, a synthetic spec's export still gives
+    identical sessions (same text streams), and it is far smaller.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise WorkloadError(f"export: n {n!r} is not allowed; use an integer >= 1")
+    if workload.num_sessions is not None and n > workload.num_sessions:
+        raise WorkloadError(
+            f"{workload.source}: asked for {n} sessions but it holds {workload.num_sessions}; ask for fewer"
+        )
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for session in workload.sessions(seed, n):
+                rec = session_record(session, include_text=include_text)
+                f.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
+                f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
