@@ -97,6 +97,55 @@ def run(**kwargs: Any) -> None:
 
 
 @main.command()
+@run_options
+@click.option("--expect-workers", type=click.IntRange(min=1), required=True, help="Start when this many workers joined.")
+@click.option("--bind", default="127.0.0.1", show_default=True, help="Address for workers and the web UI (0.0.0.0 for remote workers).")
+@click.option("--master-port", type=int, default=5557, show_default=True)
+@click.option("--web-port", type=int, default=8089, show_default=True)
+@click.option("--headless", is_flag=True, help="No web UI: start when the workers joined, exit with the verdict.")
+@click.option("--on-worker-loss", type=click.Choice(["continue", "abort"]), default="continue", show_default=True)
+def master(**kwargs: Any) -> None:
+    """Run as the master of a distributed run; workers join with 'loadgen worker'."""
+    from loadgen.run import run as run_load
+
+    sys.exit(run_load(_run_options({**kwargs, "master": True})))
+
+
+@main.command()
+@click.option("--master-host", required=True, help="Address of 'loadgen master'.")
+@click.option("--master-port", type=int, default=5557, show_default=True)
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes on this machine.")
+def worker(master_host: str, master_port: int, processes: int) -> None:
+    """Run a worker; it takes its plan (workload, rate, target, seed) from the master."""
+    from loadgen.run import run_worker
+
+    sys.exit(run_worker(master_host, master_port, processes))
+
+
+@main.command()
+@run_options
+@click.option("--arms", required=True, help="NAME=ROUTER,... e.g. rr=sglang:round_robin,ca=sglang:cache_aware")
+def ab(arms: str, **kwargs: Any) -> None:
+    """Run the same seeded workload once per arm, each on a fresh fleet, and compare side by side."""
+    from loadgen.ab import parse_arms, report_ab, run_ab
+
+    parsed = parse_arms(arms)
+    code, dirs = run_ab(parsed, _run_options(kwargs))
+    click.echo(report_ab([a[0] for a in parsed], dirs))
+    sys.exit(code)
+
+
+@main.command()
+@click.option("--quick", is_flag=True, help="A shorter run (fewer sessions) for a smoke test.")
+@click.option("--results", default="results", show_default=True)
+def demo(quick: bool, results: str) -> None:
+    """Round-robin vs cache-aware routing on two simulated laptop replicas behind sglang-router."""
+    from loadgen.demo import run_demo
+
+    sys.exit(run_demo(quick=quick, results=results))
+
+
+@main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--html", is_flag=True, help="Also write report.html.")
 @click.option("--csv", "csv_path", default=None, help="Also write the summary as CSV to this file.")

@@ -68,6 +68,12 @@ class RunOptions:
     web_host: str = "127.0.0.1"
     web_port: int = 8089
     on_worker_loss: str = "continue"
+    # distributed master (workers connect over Locust's ZeroMQ channel)
+    master: bool = False
+    expect_workers: int = 1
+    bind: str = "127.0.0.1"
+    master_port: int = 5557
+    headless: bool = True
     html: bool = False
     quiet: bool = False
     extra_locust_args: list[str] = field(default_factory=list)
@@ -235,6 +241,38 @@ def preflight(opts: RunOptions, url: str) -> dict[str, Any]:
     return identity
 
 
+def process_args(opts: RunOptions) -> list[str]:
+    """Locust flags for the process layout: local, local workers, or a distributed master."""
+    argv = ["--loglevel", "WARNING", "--only-summary"]
+    argv += ["--json-file", str(Path(opts.results) / (opts.run_id or "run") / "locust-stats.json")]
+    if opts.master:
+        n = str(opts.expect_workers)
+        argv += ["--master", "--expect-workers", n, "--master-bind-host", opts.bind, "--master-bind-port", str(opts.master_port)]
+        users = n
+    elif opts.workers > 1:
+        argv += ["--processes", str(opts.workers)]
+        users = str(opts.workers)
+    else:
+        users = "1"
+    argv += ["-u", users, "-r", users]
+    if opts.web or (opts.master and not opts.headless):
+        host = opts.bind if opts.master else opts.web_host
+        argv += ["--web-host", host, "--web-port", str(opts.web_port)]
+        if not opts.master:
+            argv += ["--autostart"]
+    else:
+        argv += ["--headless"]
+    return argv
+
+
+def run_worker(master_host: str, master_port: int, processes: int = 1) -> int:
+    """``loadgen worker``: a Locust worker that takes its whole plan from the master."""
+    argv = ["--worker", "--master-host", master_host, "--master-port", str(master_port), "--loglevel", "WARNING"]
+    if processes > 1:
+        argv += ["--processes", str(processes)]
+    return run_locust(argv)
+
+
 def run(opts: RunOptions) -> int:
     """``loadgen run``: the whole job. Returns the process exit code (see loadgen/verdict.py)."""
     validate(opts)
@@ -247,17 +285,7 @@ def run(opts: RunOptions) -> int:
             f.write(orjson.dumps(info))
             info_path = f.name
         try:
-            argv = locust_args(opts, url, info_path)
-            argv += ["--loglevel", "WARNING", "--only-summary"]
-            if opts.web:
-                argv += ["--web-host", opts.web_host, "--web-port", str(opts.web_port), "--autostart"]
-            else:
-                argv += ["--headless"]
-            if opts.workers > 1:
-                argv += ["--processes", str(opts.workers), "-u", str(opts.workers), "-r", str(opts.workers)]
-            else:
-                argv += ["-u", "1", "-r", "1"]
-            argv += ["--json-file", str(Path(opts.results) / opts.run_id / "locust-stats.json")]
+            argv = locust_args(opts, url, info_path) + process_args(opts)
             argv += opts.extra_locust_args
             code = run_locust(argv)
         finally:

@@ -1,0 +1,118 @@
+"""``loadgen ab``: the same seeded workload once per arm, each against a fresh fleet.
+
+Each arm gets its own embedded fleet (so caches start cold), its own complete results directory,
+and the same seed, so session k is the same conversation in both arms and the comparison is
+paired. The side-by-side table shows TTFT per turn class and the ratio B/A per statistic.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from analysis.records import SUMMARY_FILE
+from analysis.units import format_duration_us
+from loadgen.errors import UserError
+from loadgen.options import new_run_id
+from loadgen.run import RunOptions, run
+
+AB_STATS = ("mean", "p50", "p95", "p99")
+AB_METRICS = ("ttft", "tpot", "itl", "e2e")
+
+
+def parse_arms(text: str) -> list[tuple[str, str]]:
+    """``name=router,name=router`` -> [(name, router)]; at least two arms with distinct names."""
+    arms: list[tuple[str, str]] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, router = part.partition("=")
+        if not sep or not name.strip() or not router.strip():
+            raise UserError(f"--arms: {part!r} is not NAME=ROUTER; use e.g. rr=sglang:round_robin,ca=sglang:cache_aware")
+        arms.append((name.strip(), router.strip()))
+    if len(arms) < 2:
+        raise UserError("--arms needs at least two arms, e.g. rr=sglang:round_robin,ca=sglang:cache_aware")
+    names = [a[0] for a in arms]
+    if len(set(names)) != len(names):
+        raise UserError(f"--arms: arm names must differ (got {', '.join(names)})")
+    return arms
+
+
+def run_ab(arms: list[tuple[str, str]], base: RunOptions) -> tuple[int, list[Path]]:
+    """Run every arm; returns (worst exit code, results directories in arm order)."""
+    if base.target:
+        raise UserError("loadgen ab starts a fresh fleet per arm; drop --target (or run each arm with 'loadgen run')")
+    stem = base.run_id or new_run_id(base.workload)
+    dirs: list[Path] = []
+    worst = 0
+    for name, router in arms:
+        opts = replace(base, router=router, run_id=f"{stem}-{name}", target_label=name)
+        print(f"\n== arm {name}: {router} x{opts.replicas} ({opts.profile}) ==", file=sys.stderr, flush=True)
+        code = run(opts)
+        worst = max(worst, code)
+        dirs.append(Path(opts.results) / opts.run_id)
+    return worst, dirs
+
+
+def _load_summary(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / SUMMARY_FILE
+    if not path.exists():
+        raise UserError(f"{run_dir}: no {SUMMARY_FILE}; the arm did not finish (see its output above)")
+    return orjson.loads(path.read_bytes())
+
+
+def _stat(summary: dict[str, Any], turn_class: str | None, metric: str, stat: str) -> float | None:
+    group = summary if turn_class is None else (summary.get("by_turn_class") or {}).get(turn_class) or {}
+    return ((group.get("metrics") or {}).get(metric) or {}).get(stat)
+
+
+def side_by_side(names: list[str], summaries: list[dict[str, Any]], metrics: tuple[str, ...] = ("ttft",)) -> str:
+    """A table: rows (metric, turn class, stat), a column per arm, and B/A ratios against the first arm."""
+    base_name = names[0]
+    header = ["metric", "turns", "stat", *names, *[f"{n}/{base_name}" for n in names[1:]]]
+    rows = [header]
+    for metric in metrics:
+        for tc in ("first", "follow-up", None):
+            for stat in AB_STATS:
+                vals = [_stat(s, tc, metric, stat) for s in summaries]
+                ratios = []
+                for v in vals[1:]:
+                    a = vals[0]
+                    ratios.append("-" if a in (None, 0) or v is None else f"{v / a:.2f}x")
+                rows.append(
+                    [
+                        metric,
+                        tc or "all",
+                        stat,
+                        *[format_duration_us(None if v is None else v * 1000.0) for v in vals],
+                        *ratios,
+                    ]
+                )
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(str(c).rjust(w) if i > 2 else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def headline(names: list[str], summaries: list[dict[str, Any]]) -> str:
+    """One line per extra arm: how follow-up-turn TTFT moved against the first arm (mean, p95)."""
+    out = []
+    for name, s in zip(names[1:], summaries[1:], strict=True):
+        parts = []
+        for stat in ("mean", "p95"):
+            a = _stat(summaries[0], "follow-up", "ttft", stat)
+            b = _stat(s, "follow-up", "ttft", stat)
+            if a and b:
+                factor, word = (a / b, "lower") if b <= a else (b / a, "higher")
+                parts.append(f"{stat} {factor:.1f}x {word} ({format_duration_us(a * 1000)} -> {format_duration_us(b * 1000)})")
+        if parts:
+            out.append(f"{name} vs {names[0]}: follow-up-turn TTFT " + ", ".join(parts))
+    return "\n".join(out)
+
+
+def report_ab(names: list[str], dirs: list[Path]) -> str:
+    summaries = [_load_summary(d) for d in dirs]
+    text = side_by_side(names, summaries, AB_METRICS[:1])
+    return f"{text}\n\n{headline(names, summaries)}\nresults: " + ", ".join(str(d) for d in dirs)
