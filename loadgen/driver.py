@@ -45,9 +45,12 @@ def build_schedule(plan: Plan, workload) -> list[tuple[int, float]]:
         n = workload.num_sessions if n is None else min(n, workload.num_sessions)
     try:
         if cfg.arrival == "trace":
-            offsets = arrivals.trace(
-                _trace_path(cfg), time_scale=cfg.trace_time_scale, n=n, duration_s=None if n else cfg.duration_s
-            )
+            # A trace bounds itself: take it whole, then cut to the sessions and duration asked.
+            offsets = arrivals.trace(_trace_path(cfg), time_scale=cfg.trace_time_scale)
+            if n is not None:
+                offsets = offsets[:n]
+            if cfg.duration_s is not None:
+                offsets = offsets[offsets < cfg.duration_s]
         else:
             offsets = arrivals.schedule(
                 cfg.arrival,

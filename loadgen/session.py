@@ -87,14 +87,19 @@ def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
             sleep_until_ns(intended_ns)
             if ctx.is_stopping():
                 return
-            content = turn.content
+            # Tool output goes as a user message: servers reject a tool message without a tool call.
+            messages.append({"role": "user", "content": turn.content})
+            to_send = messages
             if turn.cold:
-                content = f"{cold_nonce(ctx.run_id, session.session_id, k)} {content}"
-            messages.append({"role": "user", "content": content})
+                # The nonce leads the whole prompt, so no cached prefix (not even the system
+                # prompt) can match; it is sent once and never kept in the history.
+                to_send = [dict(m) for m in messages]
+                nonce = cold_nonce(ctx.run_id, session.session_id, k)
+                to_send[0]["content"] = f"{nonce} {to_send[0]['content']}"
             request_id = f"{ctx.run_id}-{session.index}-{k}"
             prepared = ctx.adapter.build_request(
                 ChatRequest(
-                    messages=messages,
+                    messages=to_send,
                     max_tokens=turn.max_tokens,
                     session_id=session.session_id,
                     request_id=request_id,
