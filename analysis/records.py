@@ -12,6 +12,7 @@ worker's plan. Metric definitions are DESIGN §4 / docs/metrics.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -126,6 +127,43 @@ def parse_histogram_tag(tag: str) -> tuple[str, str, str, str]:
     if len(parts) != 4:
         raise ValueError(f"histogram tag {tag!r} is not metric:turn_class:tenant:target")
     return parts[0], parts[1], parts[2], parts[3]
+
+
+def tag_label(label: str) -> str:
+    """``label`` as it appears inside a histogram tag (commas, colons and whitespace become ``_``)."""
+    return _clean(label)
+
+
+def metric_values(rec: RequestRecord) -> Iterator[tuple[str, int]]:
+    """The (metric, value) pairs one request contributes to the histograms, in µs (counts for
+    ``tokens_per_chunk``); values are not yet clamped to the histogram range.
+
+    The recording rule of the results format: ``schedule_lag`` from every request that was sent
+    (it measures the generator, not the server); every other metric from successful requests only.
+    The runtime records exactly these values, and ``analysis`` rebuilds histograms from
+    ``requests.jsonl`` with the same function, so the two agree bit for bit.
+    """
+    yield "schedule_lag", rec.schedule_lag_us
+    if not rec.ok:
+        return
+    ttft = rec.ttft_us
+    if ttft is not None:
+        yield "ttft", ttft
+        yield "ttft_sched", rec.t_first_us - rec.t_sched_us  # type: ignore[operator]
+    e2e = rec.e2e_us
+    if e2e is not None:
+        yield "e2e", e2e
+    tpot = rec.tpot_us
+    if tpot is not None:
+        yield "tpot", round(tpot)
+    for gap in rec.itl_us:
+        yield "itl", gap
+    if rec.chunks:
+        if rec.chunk_tokens is None:
+            for _ in range(rec.chunks):
+                yield "tokens_per_chunk", 1
+        else:
+            yield from (("tokens_per_chunk", n) for n in rec.chunk_tokens)
 
 
 def _clean(label: str) -> str:
