@@ -1,0 +1,128 @@
+"""``python -m targets.sim`` / ``loadgen serve sim``: start one simulated engine.
+
+Declares the click command only; the server lives in ``server.py``. On start it prints one line,
+``loadgen-sim listening on http://127.0.0.1:PORT (profile NAME, time-scale S)``, and flushes, so a
+launcher can read the port when it asked for port 0. SIGTERM or SIGINT stop it cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import signal
+import sys
+
+import click
+
+from targets.sim.faults import FaultConfig
+from targets.sim.profile import load_profile, profile_names
+from targets.sim.server import SimConfig, SimServer, serve
+
+LISTENING_PREFIX = "loadgen-sim listening on "
+_PROBABILITY = click.FloatRange(0.0, 1.0)
+
+
+class SimError(click.ClickException):
+    """A one-line error the user can fix (port taken, log not writable); exit code 2."""
+
+    exit_code = 2
+
+
+def _finite_non_negative(_ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise click.BadParameter(f"{value} is not a finite number >= 0", param=param)
+    return value
+
+
+@click.command(
+    "sim",
+    help="Start a simulated LLM inference engine (OpenAI-compatible, streaming) on 127.0.0.1.",
+    context_settings={"max_content_width": 100},
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="TCP port; 0 picks a free one.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(profile_names()),
+    required=True,
+    help="Hardware/model profile (targets/sim/profiles/NAME.json).",
+)
+@click.option(
+    "--time-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    callback=_finite_non_negative,
+    help="Wall seconds per simulated second; 0 runs as fast as possible.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the replies and of fault draws.")
+@click.option("--model-name", default=None, help="Model id served (default: the profile's).")
+@click.option("--server-id", default=None, help="Id in truth records and /sim/info (default: sim-PORT).")
+@click.option("--fault-http-500", type=_PROBABILITY, default=0.0, help="Probability of a 500 before streaming.")
+@click.option("--fault-http-429", type=_PROBABILITY, default=0.0, help="Probability of a 429 before streaming.")
+@click.option("--fault-stall", type=_PROBABILITY, default=0.0, help="Probability of a mid-stream stall.")
+@click.option("--stall-s", type=float, default=2.0, show_default=True, callback=_finite_non_negative,
+              help="Length of a stall, wall seconds.")
+@click.option("--fault-cut", type=_PROBABILITY, default=0.0, help="Probability of closing the connection mid-stream.")
+@click.option("--fault-malformed", type=_PROBABILITY, default=0.0, help="Probability of one non-JSON chunk mid-stream.")
+@click.option("--truth-log", type=click.Path(dir_okay=False), default=None,
+              help="Append one JSON line per finished request to this file.")
+def sim_command(
+    port: int,
+    host: str,
+    profile_name: str,
+    time_scale: float,
+    seed: int,
+    model_name: str | None,
+    server_id: str | None,
+    fault_http_500: float,
+    fault_http_429: float,
+    fault_stall: float,
+    stall_s: float,
+    fault_cut: float,
+    fault_malformed: float,
+    truth_log: str | None,
+) -> None:
+    config = SimConfig(
+        profile=load_profile(profile_name),
+        time_scale=time_scale,
+        seed=seed,
+        model_name=model_name,
+        server_id=server_id,
+        faults=FaultConfig(
+            http_500=fault_http_500,
+            http_429=fault_http_429,
+            cut=fault_cut,
+            stall=fault_stall,
+            malformed=fault_malformed,
+            stall_s=stall_s,
+        ),
+        truth_log=truth_log,
+    )
+    run_sim(config, host, port)
+
+
+def run_sim(config: SimConfig, host: str, port: int) -> None:
+    """Serve until SIGTERM/SIGINT; print the listening line once bound."""
+    try:
+        asyncio.run(_main(config, host, port))
+    except OSError as e:
+        raise SimError(f"cannot start the sim on {host}:{port}: {e.strerror or e}") from None
+
+
+async def _main(config: SimConfig, host: str, port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    def announce(server: SimServer) -> None:
+        shown = f"[{host}]" if ":" in host else host
+        sys.stdout.write(
+            f"{LISTENING_PREFIX}http://{shown}:{server.port} "
+            f"(profile {config.profile.name}, time-scale {config.time_scale:g})\n"
+        )
+        sys.stdout.flush()
+
+    await serve(config, host, port, stop, announce)

@@ -1,0 +1,566 @@
+"""The HTTP face of the simulated engine (aiohttp), driven in real time.
+
+One asyncio task (``_drive``) runs the engine: it computes a step, sleeps until the step's end
+mapped to wall time (``wall = t0 + virtual x time_scale``; ``time_scale`` 0 never sleeps), then
+hands each emitted token to its request's handler, which writes the chunk at once. A handler
+sleeps on one future per wake-up, so a chunk costs one wake-up, one byte concatenation and one
+write. The times of those writes are the ground truth (``truth.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import orjson
+from aiohttp import web
+
+from targets.sim import faults as F
+from targets.sim.api import BadRequest, parse_request
+from targets.sim.engine import ABORTED, FINISHED, Engine, QueueFull, RequestTooLong, SimSequence
+from targets.sim.metrics import ServerCounters, render
+from targets.sim.profile import Profile
+from targets.sim.text import WORDS
+from targets.sim.truth import (
+    OUTCOME_BAD_REQUEST,
+    OUTCOME_CLIENT_GONE,
+    OUTCOME_FAULT,
+    OUTCOME_OK,
+    OUTCOME_REJECTED,
+    OUTCOME_SHUTDOWN,
+    TruthRecord,
+    TruthStore,
+)
+from targets.sim.wire import CHAT, COMPLETIONS, DONE, StreamTemplate, error_body, full_response
+
+VERSION = "0.1.0"
+REQUEST_ID_HEADER = "X-Request-ID"
+RETRY_AFTER_S = 1
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything a sim server needs; the CLI builds one from its flags."""
+
+    profile: Profile
+    time_scale: float = 1.0
+    seed: int = 0
+    model_name: str | None = None  # default: the profile's
+    server_id: str | None = None  # default: "sim-<port>"
+    faults: F.FaultConfig = field(default_factory=F.FaultConfig)
+    truth_log: str | None = None
+    truth_keep: int = 100_000
+
+    def __post_init__(self) -> None:
+        if not (self.time_scale >= 0 and math.isfinite(self.time_scale)):
+            raise ValueError(f"time_scale must be a finite number >= 0 (got {self.time_scale})")
+
+
+class _Stream:
+    """Per-request rendezvous between the engine task and the request handler."""
+
+    __slots__ = ("ready", "streaming", "waiter")
+
+    def __init__(self, streaming: bool) -> None:
+        self.streaming = streaming
+        self.ready = 0  # tokens whose step has ended in wall time (the engine may be a step ahead)
+        self.waiter: asyncio.Future | None = None
+
+
+class SimServer:
+    """A simulated engine behind OpenAI-compatible HTTP endpoints."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.profile = config.profile
+        self.time_scale = config.time_scale
+        self.model_name = config.model_name or config.profile.model_name
+        self.server_id = config.server_id or ""
+        self.engine = Engine(config.profile, seed=config.seed)
+        self.truth = TruthStore(keep=config.truth_keep, log_path=config.truth_log)
+        self.counters = ServerCounters()
+        self.faults = F.FaultPicker(config.faults, config.seed)
+        self.created = int(time.time())
+        self.port: int | None = None
+        self._t0 = time.perf_counter()
+        self._work = asyncio.Event()
+        self._driver: asyncio.Task | None = None
+        self._runner: web.AppRunner | None = None
+
+    # --- clock -------------------------------------------------------------------------------
+    def virtual_now(self) -> float:
+        """Virtual seconds now: wall time since start / time_scale (the engine's clock at scale 0)."""
+        if self.time_scale > 0:
+            return (time.perf_counter() - self._t0) / self.time_scale
+        return self.engine.now
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        r = app.router
+        r.add_post("/v1/chat/completions", self._chat)
+        r.add_post("/v1/completions", self._completions)
+        r.add_get("/v1/models", self._models)
+        r.add_get("/health", self._health)
+        r.add_get("/health_generate", self._health)
+        r.add_get("/metrics", self._metrics)
+        r.add_get("/version", self._version)
+        for path in ("/get_model_info", "/model_info"):
+            r.add_get(path, self._model_info)
+        for path in ("/get_server_info", "/server_info"):
+            r.add_get(path, self._server_info)
+        r.add_get("/get_load", self._load)
+        r.add_get("/sim/info", self._sim_info)
+        r.add_get("/sim/requests/{request_id}", self._sim_request)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Bind and serve; returns the port (useful with ``port=0``)."""
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        self.port = sock.getsockname()[1]
+        if not self.server_id:
+            self.server_id = f"sim-{self.port}"
+        self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock, backlog=4096).start()
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        self._t0 = time.perf_counter()
+        self._driver = asyncio.get_running_loop().create_task(self._drive())
+
+    async def _on_cleanup(self, _app: web.Application) -> None:
+        if self._driver is not None:
+            self._driver.cancel()
+            try:
+                await self._driver
+            except asyncio.CancelledError:
+                pass
+        self.truth.close()
+
+    # --- the engine loop ---------------------------------------------------------------------
+    async def _drive(self) -> None:
+        engine = self.engine
+        scale = self.time_scale
+        perf = time.perf_counter
+        sleep = asyncio.sleep
+        while True:
+            start = engine.next_step_start()
+            if start is None:
+                self._work.clear()
+                await self._work.wait()
+                continue
+            if scale > 0:
+                delay = self._t0 + start * scale - perf()
+                if delay > 0:  # the head of the queue is still in its request overhead
+                    await sleep(delay)
+                    continue
+            step = engine.step()
+            if step is None:
+                continue
+            if scale > 0:
+                delay = self._t0 + step.end_s * scale - perf()
+                if delay > 0:
+                    await sleep(delay)
+            else:
+                await sleep(0)  # let the handlers write
+            for seq in step.emitted:
+                stream = seq.handle
+                stream.ready = seq.generated
+                waiter = stream.waiter
+                if waiter is not None and (stream.streaming or seq.generated >= seq.max_tokens):
+                    stream.waiter = None
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    # --- generation endpoints ----------------------------------------------------------------
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle_generation(request, CHAT)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle_generation(request, COMPLETIONS)
+
+    async def _handle_generation(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        t_received = time.perf_counter_ns()
+        self.counters.requests_received += 1
+        rid = request.headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex
+        rec = TruthRecord(rid, self.server_id, endpoint, False, t_received, self.time_scale)
+        try:
+            raw = await request.read()
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                raise BadRequest(f"the request body is not valid JSON: {e}") from None
+            req = parse_request(endpoint, body, self.profile.default_max_tokens)
+        except BadRequest as e:
+            return self._refuse(rec, 400, str(e), "BadRequestError", OUTCOME_BAD_REQUEST)
+        rec.stream = req.stream
+        rec.prompt_tokens = len(req.prompt_ids)
+        rec.max_tokens = req.max_tokens
+
+        fault = self.faults.draw()
+        if fault is not None:
+            self.counters.faults_injected += 1
+            rec.fault = fault
+        if fault == F.HTTP_500:
+            return self._refuse(rec, 500, "injected fault: internal server error", "InternalServerError", OUTCOME_FAULT)
+        if fault == F.HTTP_429:
+            return self._refuse(
+                rec, 429, "injected fault: too many requests", "RateLimitError", OUTCOME_FAULT, retry_after=True
+            )
+
+        stream = _Stream(req.stream)
+        try:
+            seq = self.engine.add(rid, req.prompt_ids, req.max_tokens, self.virtual_now(), handle=stream)
+        except QueueFull as e:
+            self.counters.requests_rejected += 1
+            return self._refuse(
+                rec, 429, f"server busy: {e}", "RateLimitError", OUTCOME_REJECTED, retry_after=True
+            )
+        except RequestTooLong as e:
+            return self._refuse(rec, 400, str(e), "BadRequestError", OUTCOME_BAD_REQUEST)
+        self._work.set()
+        rec.v_arrival_s = seq.arrival_s
+        prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
+        try:
+            if req.stream:
+                return await self._stream(request, rec, seq, stream, endpoint, prefix + rid, req.include_usage)
+            return await self._respond(request, rec, seq, stream, endpoint, prefix + rid)
+        finally:
+            if seq.state not in (FINISHED, ABORTED):  # cancelled: the server is shutting down
+                self.engine.abort(seq)
+            if self.truth.get(rid) is not rec:
+                rec.outcome = OUTCOME_SHUTDOWN
+                rec.completion_tokens = len(rec.t_chunks_ns)
+                rec.t_end_ns = time.perf_counter_ns()
+                self._finish_record(rec, seq)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        rec: TruthRecord,
+        seq: SimSequence,
+        stream: _Stream,
+        endpoint: str,
+        completion_id: str,
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, REQUEST_ID_HEADER: rec.request_id})
+        await resp.prepare(request)
+        tpl = StreamTemplate(endpoint, completion_id, self.created, self.model_name)
+        n = seq.max_tokens
+        words = seq.words
+        times = rec.t_chunks_ns
+        fault = rec.fault if rec.fault in F.MID_STREAM else None
+        fault_at = F.fault_token_index(n) if fault else -1
+        loop = asyncio.get_running_loop()
+        perf_ns = time.perf_counter_ns
+        token = tpl.token
+        sent = 0
+        rec.status = 200
+        while sent < n:
+            avail = stream.ready
+            if avail == sent:
+                if seq.state == ABORTED:
+                    break
+                waiter = loop.create_future()
+                stream.waiter = waiter
+                await waiter
+                continue
+            if fault and sent <= fault_at < avail:
+                if sent < fault_at:
+                    avail = fault_at  # write up to the fault point first
+                else:
+                    rec.fault_token_index = fault_at
+                    if fault == F.CUT:
+                        return self._cut(request, rec, seq, resp)
+                    try:
+                        if fault == F.STALL:
+                            await asyncio.sleep(self.config.faults.stall_s)
+                        else:
+                            await resp.write(tpl.malformed())
+                    except ConnectionError:
+                        return self._client_gone(rec, seq, resp)
+                    fault = None
+                    continue
+            parts = [token(words[i]) for i in range(sent, avail)]
+            if sent == 0 and endpoint == CHAT:
+                parts.insert(0, tpl.role())
+            last = avail == n
+            if last:
+                parts.append(tpl.finish())
+                if include_usage:
+                    parts.append(tpl.usage(rec.prompt_tokens, n, seq.cached_tokens))
+                parts.append(DONE)
+            t = perf_ns()
+            if sent == 0:
+                rec.t_first_token_ns = t
+            times.extend([t] * (avail - sent))
+            if last:  # the record is complete before the client can read [DONE] and ask for it
+                rec.t_end_ns = t
+                rec.completion_tokens = n
+                self._finish_record(rec, seq)
+                self.counters.requests_succeeded += 1
+            try:
+                await resp.write(b"".join(parts))
+            except ConnectionError:
+                if last:
+                    return resp
+                rec.completion_tokens = avail  # may not all have reached the client
+                return self._client_gone(rec, seq, resp)
+            sent = avail
+        if sent < n:  # aborted while waiting (server shutting down)
+            return resp
+        try:
+            await resp.write_eof()
+        except ConnectionError:
+            pass
+        return resp
+
+    async def _respond(
+        self,
+        request: web.Request,
+        rec: TruthRecord,
+        seq: SimSequence,
+        stream: _Stream,
+        endpoint: str,
+        completion_id: str,
+    ) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        n = seq.max_tokens
+        while stream.ready < n:
+            if seq.state == ABORTED:
+                return web.Response(status=503)
+            waiter = loop.create_future()
+            stream.waiter = waiter
+            await waiter
+        headers = {REQUEST_ID_HEADER: rec.request_id}
+        if rec.fault == F.STALL:
+            await asyncio.sleep(self.config.faults.stall_s)
+        elif rec.fault == F.CUT:
+            resp = web.StreamResponse(status=200, headers={**headers, "Content-Type": "application/json"})
+            await resp.prepare(request)
+            return self._cut(request, rec, seq, resp)
+        if rec.fault == F.MALFORMED:
+            body = b'{"id":"' + completion_id.encode() + b'","choices":[{"index":0,"message":'
+        else:
+            text = "".join(" " + WORDS[w] for w in seq.words)
+            body = full_response(
+                endpoint, completion_id, self.created, self.model_name, text, rec.prompt_tokens, n, seq.cached_tokens
+            )
+        rec.status = 200
+        rec.completion_tokens = n
+        rec.t_end_ns = time.perf_counter_ns()
+        self._finish_record(rec, seq)
+        if rec.fault is None:
+            self.counters.requests_succeeded += 1
+        return web.Response(body=body, status=200, content_type="application/json", headers=headers)
+
+    # --- endings -----------------------------------------------------------------------------
+    def _finish_record(self, rec: TruthRecord, seq: SimSequence | None) -> None:
+        if rec.fault is not None and rec.outcome == OUTCOME_OK:
+            rec.outcome = OUTCOME_FAULT
+        if seq is not None:
+            rec.cached_tokens = seq.cached_tokens
+            rec.queue_s = seq.queue_s
+            rec.prefill_s = seq.prefill_s
+            rec.v_first_token_s = seq.first_token_s
+            if seq.token_times_s:
+                rec.v_end_s = seq.token_times_s[-1]
+                if seq.first_token_s is not None:
+                    rec.decode_s = rec.v_end_s - seq.first_token_s
+        if rec.outcome != OUTCOME_OK and rec.outcome != OUTCOME_REJECTED:
+            self.counters.requests_failed += 1
+        self.truth.add(rec)
+
+    def _refuse(
+        self,
+        rec: TruthRecord,
+        status: int,
+        message: str,
+        err_type: str,
+        outcome: str,
+        retry_after: bool = False,
+    ) -> web.Response:
+        rec.status = status
+        rec.outcome = outcome
+        rec.error = message
+        rec.t_end_ns = time.perf_counter_ns()
+        self._finish_record(rec, None)
+        headers = {REQUEST_ID_HEADER: rec.request_id}
+        if retry_after:
+            headers["Retry-After"] = str(RETRY_AFTER_S)
+        return web.Response(
+            body=error_body(message, err_type, status), status=status, content_type="application/json", headers=headers
+        )
+
+    def _cut(self, request: web.Request, rec: TruthRecord, seq: SimSequence, resp: web.StreamResponse):
+        """Close the connection mid-response: what was written stays, no terminator follows."""
+        rec.completion_tokens = seq_sent = len(rec.t_chunks_ns)
+        rec.fault_token_index = seq_sent if rec.fault_token_index is None else rec.fault_token_index
+        rec.t_end_ns = time.perf_counter_ns()
+        self.engine.abort(seq)
+        self._finish_record(rec, seq)
+        resp.force_close()
+        transport = request.transport
+        if transport is not None:
+            transport.close()  # flushes what was written, then FIN
+        return resp
+
+    def _client_gone(self, rec: TruthRecord, seq: SimSequence, resp: web.StreamResponse):
+        rec.outcome = OUTCOME_CLIENT_GONE
+        rec.t_end_ns = time.perf_counter_ns()
+        self.engine.abort(seq)
+        self._finish_record(rec, seq)
+        return resp
+
+    # --- information endpoints ---------------------------------------------------------------
+    async def _models(self, _request: web.Request) -> web.Response:
+        model = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "loadgen-sim",
+            "root": self.model_name,
+            "parent": None,
+            "max_model_len": self.profile.max_model_len,
+        }
+        return _json({"object": "list", "data": [model]})
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _version(self, _request: web.Request) -> web.Response:
+        return _json({"version": VERSION, "engine": "loadgen-sim"})
+
+    async def _model_info(self, _request: web.Request) -> web.Response:
+        return _json(
+            {
+                "model_path": self.model_name,
+                "tokenizer_path": self.model_name,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": "sim",
+                "architectures": ["LoadgenSim"],
+            }
+        )
+
+    async def _server_info(self, _request: web.Request) -> web.Response:
+        p = self.profile
+        e = self.engine
+        return _json(
+            {
+                "model_path": self.model_name,
+                "served_model_name": self.model_name,
+                "tokenizer_path": self.model_name,
+                "host": "127.0.0.1",
+                "port": self.port,
+                "tp_size": 1,
+                "dp_size": 1,
+                "page_size": p.block_size_tokens,
+                "chunked_prefill_size": p.max_num_batched_tokens,
+                "max_running_requests": p.max_num_seqs,
+                "max_total_num_tokens": p.num_blocks * p.block_size_tokens,
+                "context_length": p.max_model_len,
+                "disaggregation_mode": "null",
+                "version": VERSION,
+                "internal_states": [
+                    {"num_running_reqs": e.num_running, "num_waiting_reqs": e.num_waiting, "last_gen_throughput": 0.0}
+                ],
+                "sim": self._info(),
+            }
+        )
+
+    async def _load(self, _request: web.Request) -> web.Response:
+        e = self.engine
+        return _json(
+            {
+                "load": e.num_running + e.num_waiting,
+                "num_reqs": e.num_running,
+                "num_waiting_reqs": e.num_waiting,
+                "num_tokens": e.cache.used_blocks * self.profile.block_size_tokens,
+            }
+        )
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        e = self.engine
+        st = e.stats
+        c = self.counters
+        values = {
+            "sim:num_requests_running": e.num_running,
+            "sim:num_requests_waiting": e.num_waiting,
+            "sim:kv_cache_usage_perc": e.cache.usage(),
+            "sim:prefix_cache_queries_total": st.prefix_cache_queries,
+            "sim:prefix_cache_hits_total": st.prefix_cache_hits,
+            "sim:prompt_tokens_total": st.prompt_tokens,
+            "sim:generation_tokens_total": st.generation_tokens,
+            "sim:requests_total": c.requests_received,
+            "sim:request_success_total": c.requests_succeeded,
+            "sim:requests_rejected_total": c.requests_rejected,
+            "sim:requests_failed_total": c.requests_failed,
+            "sim:faults_injected_total": c.faults_injected,
+            "sim:prefix_cache_evictions_total": e.cache.evictions,
+            "sim:engine_steps_total": st.steps,
+        }
+        return web.Response(text=render(values, self.model_name), content_type="text/plain", charset="utf-8")
+
+    def _info(self) -> dict:
+        return {
+            "engine": "loadgen-sim",
+            "version": VERSION,
+            "profile": self.profile.name,
+            "model_name": self.model_name,
+            "seed": self.config.seed,
+            "time_scale": self.time_scale,
+            "server_id": self.server_id,
+            "pid": os.getpid(),
+            "port": self.port,
+            "faults": {k: getattr(self.config.faults, k) for k in (*F.KINDS, "stall_s")},
+        }
+
+    async def _sim_info(self, _request: web.Request) -> web.Response:
+        return _json(self._info())
+
+    async def _sim_request(self, request: web.Request) -> web.Response:
+        rec = self.truth.get(request.match_info["request_id"])
+        if rec is None:
+            return web.Response(
+                status=404,
+                body=error_body("no such request (unknown, or older than the records kept)", "NotFoundError", 404),
+                content_type="application/json",
+            )
+        return web.Response(body=rec.to_json(), content_type="application/json")
+
+
+def _json(obj: object) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), content_type="application/json")
+
+
+async def serve(config: SimConfig, host: str, port: int, stop: asyncio.Event, on_listening=None) -> None:
+    """Run a sim until ``stop`` is set; ``on_listening(server)`` is called once bound."""
+    server = SimServer(config)
+    await server.start(host, port)
+    try:
+        if on_listening is not None:
+            on_listening(server)
+        await stop.wait()
+    finally:
+        await server.stop()
