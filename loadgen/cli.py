@@ -47,6 +47,7 @@ def run_options(f: Callable) -> Callable:
         click.option("--duration", type=DURATION, default=None, help="Arrivals stop after this long (default 60s unless --num-sessions)."),
         click.option("--warmup", type=DURATION, default="0s", show_default=True),
         click.option("--target", default=None, help="Base URL of the server (default: an embedded simulated engine)."),
+        click.option("--target-file", default=None, help="YAML: url, adapter, model, cost_per_hour, labels, expect."),
         click.option("--adapter", default="openai-chat", show_default=True, help="API flavour (loadgen.targets entry points)."),
         click.option("--model", default=None, help="Model name to send."),
         click.option("--expect-model", default=None, help="Abort before load unless the server serves this model."),

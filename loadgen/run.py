@@ -56,6 +56,9 @@ class RunOptions:
     results: str = "results"
     run_id: str | None = None
     expect_model: str | None = None
+    target_file: str | None = None
+    target_labels: dict[str, str] = field(default_factory=dict)
+    expect: dict[str, str] = field(default_factory=dict)
     # embedded fleet
     profile: str = "laptop-qwen2.5-1.5b-q4"
     time_scale: float = 1.0
@@ -81,6 +84,12 @@ class RunOptions:
 
 def validate(opts: RunOptions) -> None:
     """Everything checkable without a server, so bad input fails before any process starts."""
+    if opts.target_file:
+        from loadgen.target_file import apply_target_file, load_target_file
+
+        apply_target_file(opts, load_target_file(opts.target_file))
+    if opts.expect_model:
+        opts.expect = {**opts.expect, "model": opts.expect_model}
     from analysis.units import parse_duration_s, parse_rate_per_s
     from workloads import load_workload
     from workloads.errors import WorkloadError
@@ -234,8 +243,8 @@ def preflight(opts: RunOptions, url: str) -> dict[str, Any]:
         api_key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
         target_preflight(url, adapter, model=opts.model, api_key=api_key, timeout_s=10.0)
         identity = read_identity(url, opts.adapter, timeout_s=5.0)
-        if opts.expect_model:
-            check_expected(identity, {"model": opts.expect_model}, url=url)
+        if opts.expect:
+            check_expected(identity, opts.expect, url=url)
     except TargetError as e:
         raise UserError(str(e)) from None
     return identity
@@ -281,6 +290,10 @@ def run(opts: RunOptions) -> int:
     with target_for(opts) as (url, info):
         identity = preflight(opts, url)
         info["identity"] = {**identity, **info.get("identity", {})}
+        if opts.target_labels:
+            info["labels"] = opts.target_labels
+        if opts.expect:
+            info["expect"] = opts.expect
         with tempfile.NamedTemporaryFile("wb", suffix=".json", prefix="loadgen-target-", delete=False) as f:
             f.write(orjson.dumps(info))
             info_path = f.name

@@ -1,0 +1,532 @@
+"""The streaming HTTP client: one keep-alive connection per session, every token timestamped.
+
+``SessionConnection`` owns one TCP connection (geventhttpclient's HTTP parser on a gevent
+socket) for the lifetime of a session and sends that session's turns over it, reconnecting
+transparently when the server closed it between turns. ``stream()`` sends one
+``PreparedRequest``, reads the reply line by line and returns a ``StreamResult``; it never
+raises for a server failure, which comes back as an ``error_category``.
+
+Timing (DESIGN §4, §5):
+
+* ``t_send_ns``: ``perf_counter_ns()`` right before the request bytes are written.
+* ``chunk_ns[i]``: arrival of the i-th token-bearing chunk: the return of the ``recv`` that
+  delivered the last byte of its line, taken before HTTP de-chunking and before JSON parsing.
+  Lines are read one at a time with a ``readline`` over the socket buffer, never through
+  ``iter_content``/``iter_lines`` (they wait for 1-4 KiB and smear token times by tens of ms).
+  Several lines delivered by one ``recv`` share its timestamp: they did arrive together, and the
+  parse time of earlier lines is not charged to later ones.
+* ``t_first_ns``: ``chunk_ns[0]``, the first chunk with ``tokens > 0`` (role-only, empty and
+  usage chunks do not count).
+* ``t_end_ns``: end of stream (``[DONE]``, llama-server's ``stop: true``) once the rest of the
+  body is drained, so the connection can carry the next turn. For failures: when the failure was
+  noticed.
+
+Deadline: ``deadline_s`` bounds the whole request (connect, send, headers, every token and the
+drain), enforced with one ``gevent.Timeout``; on expiry the result is ``timeout`` and the
+connection is discarded. Categories (``analysis.records.ERROR_CATEGORIES``): ``http_4xx``,
+``http_429``, ``http_5xx`` (non-2xx; the message is the body's first line), ``timeout``,
+``connection`` (nothing usable came back: refused, reset, closed before the headers),
+``stream_cut`` (the stream ended or broke before its end marker), ``bad_chunk`` (a line the
+adapter cannot parse). An error object inside a 2xx stream is categorised by its ``code``
+(429, other 4xx, else 5xx).
+
+A ``SessionConnection`` is used by one greenlet at a time (one session's turns are sequential).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import gevent
+from gevent import socket as gsocket
+from geventhttpclient.response import HTTPParseError, HTTPResponse
+
+from targets.adapters.base import Adapter, BadChunk, PreparedRequest, StreamEvent, Usage
+
+__all__ = [
+    "BAD_CHUNK",
+    "CONNECTION",
+    "HTTP_4XX",
+    "HTTP_5XX",
+    "HTTP_429",
+    "STREAM_CUT",
+    "TIMEOUT",
+    "SessionConnection",
+    "StreamResult",
+]
+
+HTTP_4XX = "http_4xx"
+HTTP_429 = "http_429"
+HTTP_5XX = "http_5xx"
+TIMEOUT = "timeout"
+CONNECTION = "connection"
+STREAM_CUT = "stream_cut"
+BAD_CHUNK = "bad_chunk"
+
+_perf_ns = time.perf_counter_ns
+_MESSAGE_CHARS = 200
+_USER_AGENT = "loadgen/0.1"
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """The outcome of one request; times are ``time.perf_counter_ns()`` values.
+
+    ``chunk_ns`` and ``chunk_tokens`` are parallel lists over token-bearing chunks. ``text`` is
+    the generated text (what the runtime appends to the conversation). ``usage`` and
+    ``server_timings`` are the last the server reported. ``reused_connection`` says whether the
+    request went over a connection kept from an earlier request.
+    """
+
+    t_send_ns: int = 0
+    t_first_ns: int | None = None
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    t_end_ns: int | None = None
+    http_status: int | None = None
+    usage: Usage | None = None
+    server_timings: dict | None = None
+    text: str = ""
+    error_category: str | None = None
+    error_message: str | None = None
+    retry_after_s: float | None = None
+    reused_connection: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error_category is None
+
+    @property
+    def t_last_ns(self) -> int | None:
+        return self.chunk_ns[-1] if self.chunk_ns else None
+
+    @property
+    def output_tokens(self) -> int:
+        """N: ``usage.completion_tokens`` when reported, else the tokens the chunks carried."""
+        if self.usage is not None and self.usage.completion_tokens is not None:
+            return self.usage.completion_tokens
+        return sum(self.chunk_tokens)
+
+
+class _ClosedBeforeResponse(Exception):
+    """The peer closed the connection before a complete status line and headers."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__("connection closed before the response headers")
+        self.received = received
+
+
+class _Response(HTTPResponse):
+    """geventhttpclient's C HTTP/1.1 parser (chunked and close-delimited bodies) over our socket,
+    with a line reader that remembers when the bytes of the returned line arrived."""
+
+    def __init__(self, sock: socket.socket, block_size: int) -> None:
+        super().__init__("POST")
+        self.sock = sock
+        self.block_size = block_size
+        self.t_recv_ns = 0
+        self.received = 0
+
+    def read_headers(self) -> None:
+        sock = self.sock
+        while not self.headers_complete or self.get_code() < 200:
+            data = sock.recv(self.block_size)
+            self.t_recv_ns = _perf_ns()
+            if not data:
+                raise _ClosedBeforeResponse(self.received)
+            self.received += len(data)
+            self.feed(data)
+
+    def _fill(self) -> None:
+        data = self.sock.recv(self.block_size)
+        self.t_recv_ns = _perf_ns()
+        # b"" (peer closed) completes a close-delimited body, or raises HTTPParseError mid-message.
+        self.feed(data)
+        if not data and not self.message_complete:
+            raise HTTPParseError("connection closed mid-body")
+
+    def readline(self) -> bytes:
+        """The next body line with its ``\\n``; b"" once the body is complete."""
+        buf = self._body_buffer
+        while True:
+            i = buf.find(b"\n")
+            if i >= 0:
+                i += 1
+                line = bytes(buf[:i])
+                del buf[:i]
+                return line
+            if self.message_complete:
+                if buf:
+                    line = bytes(buf)
+                    buf.clear()
+                    return line
+                return b""
+            self._fill()
+
+    def read_body(self, limit: int) -> bytes:
+        """The rest of the body, up to about ``limit`` bytes."""
+        buf = self._body_buffer
+        while not self.message_complete and len(buf) <= limit:
+            self._fill()
+        out = bytes(buf[:limit])
+        buf.clear()
+        return out
+
+    def keep_alive(self) -> bool:
+        return self.message_complete and not self.parser_failed() and self.should_keep_alive()
+
+
+class SessionConnection:
+    """One keep-alive HTTP/1.1 connection to ``base_url`` for one session.
+
+    ``base_url`` may carry a path prefix (``http://host:8000/prefix``); adapter paths are
+    appended to it. ``connect_timeout_s`` bounds each TCP connect (within the request deadline).
+    ``api_key`` is sent as the adapter's auth header (``Authorization: Bearer`` for the built-in
+    ones). ``drain_timeout_s`` bounds reading the end of a body after its end marker; past it the
+    result stands and the connection is dropped. ``connections_opened`` counts TCP connects.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        connect_timeout_s: float = 5.0,
+        api_key: str | None = None,
+        block_size: int = 65536,
+        drain_timeout_s: float = 2.0,
+        max_error_body_bytes: int = 65536,
+    ) -> None:
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"target URL must be http(s)://host[:port][/prefix], not {base_url!r}")
+        self.base_url = base_url
+        self._tls = u.scheme == "https"
+        self._host = u.hostname
+        self._port = u.port or (443 if self._tls else 80)
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        default_port = 443 if self._tls else 80
+        self._host_header = host if self._port == default_port else f"{host}:{self._port}"
+        self._prefix = u.path.rstrip("/")
+        self._connect_timeout_s = connect_timeout_s
+        self._api_key = api_key
+        self._block_size = block_size
+        self._drain_timeout_s = drain_timeout_s
+        self._max_error_body = max_error_body_bytes
+        self._sock: socket.socket | None = None
+        self._phase = "idle"
+        self.connections_opened = 0
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection (the next request opens a new one)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> SessionConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the request ---------------------------------------------------------------------------
+
+    def stream(self, prepared: PreparedRequest, adapter: Adapter, *, deadline_s: float) -> StreamResult:
+        """Send ``prepared``, read the whole reply with ``adapter`` within ``deadline_s`` seconds.
+
+        Streaming requests (``prepared.stream``) are parsed line by line with
+        ``adapter.new_stream()``; others as one body with ``adapter.parse_response``. Server
+        failures are returned as ``error_category``; only programming errors raise.
+        """
+        res = StreamResult()
+        timer = gevent.Timeout(deadline_s)
+        timer.start()
+        try:
+            self._exchange(prepared, adapter, res)
+        except gevent.Timeout as t:
+            if t is not timer:
+                raise
+            self.close()
+            got = f" ({len(res.chunk_ns)} token chunks received)" if res.chunk_ns else ""
+            self._fail(res, TIMEOUT, f"deadline of {deadline_s:g} s passed while {self._phase}{got}")
+        except BaseException:
+            self.close()  # killed mid-request: the connection state is unknown
+            raise
+        finally:
+            timer.close()
+            self._phase = "idle"
+        if res.t_end_ns is None:
+            res.t_end_ns = _perf_ns()
+        return res
+
+    def _exchange(self, prepared: PreparedRequest, adapter: Adapter, res: StreamResult) -> None:
+        payload = self._encode(prepared, adapter)
+        for attempt in (0, 1):
+            self._phase = "connecting"
+            try:
+                fresh = self._ensure_connected()
+            except OSError as e:
+                self._fail(res, CONNECTION, f"cannot connect to {self._host}:{self._port}: {_reason(e)}")
+                return
+            sock = self._sock
+            res.reused_connection = not fresh
+            self._phase = "sending the request"
+            resp = _Response(sock, self._block_size)
+            res.t_send_ns = _perf_ns()
+            try:
+                sock.sendall(payload)
+                self._phase = "waiting for the response headers"
+                resp.read_headers()
+            except (OSError, HTTPParseError, _ClosedBeforeResponse) as e:
+                self.close()
+                # A kept connection the server closed while idle: nothing was processed, so the
+                # request goes once more over a new connection (as browsers and urllib3 do).
+                if not fresh and attempt == 0 and resp.received == 0 and _is_close(e):
+                    continue
+                self._fail(res, CONNECTION, _describe(e))
+                return
+            break
+        status = res.http_status = resp.get_code()
+        if not 200 <= status < 300:
+            self._http_error(resp, res, status)
+        elif prepared.stream:
+            self._read_stream(resp, adapter, res)
+        else:
+            self._read_whole(resp, adapter, res)
+
+    def _read_stream(self, resp: _Response, adapter: Adapter, res: StreamResult) -> None:
+        parse = adapter.new_stream().parse_line
+        readline = resp.readline
+        chunk_ns = res.chunk_ns
+        chunk_tokens = res.chunk_tokens
+        parts: list[str] = []
+        usage = timings = None
+        error: StreamEvent | None = None
+        done = False
+        self._phase = "streaming"
+        try:
+            while True:
+                line = readline()
+                if not line:
+                    break
+                if line == b"\n" or line == b"\r\n":
+                    continue
+                ev = parse(line)
+                if ev is None:
+                    continue
+                if ev.tokens:
+                    chunk_ns.append(resp.t_recv_ns)
+                    chunk_tokens.append(ev.tokens)
+                if ev.text:
+                    parts.append(ev.text)
+                if ev.usage is not None:
+                    usage = ev.usage
+                if ev.server_timings is not None:
+                    timings = ev.server_timings
+                if ev.error is not None:
+                    error = ev
+                    break
+                if ev.done:
+                    done = True
+                    break
+        except BadChunk as e:
+            self.close()
+            self._fail(res, BAD_CHUNK, str(e))
+            return
+        except (OSError, HTTPParseError) as e:
+            self.close()
+            self._fail(res, STREAM_CUT, f"stream broke after {len(chunk_ns)} token chunks: {_describe(e)}")
+            return
+        finally:
+            res.text = "".join(parts)
+            res.usage = usage
+            res.server_timings = timings
+            if chunk_ns:
+                res.t_first_ns = chunk_ns[0]
+        if error is not None:
+            category = HTTP_429 if error.error_code == 429 else HTTP_4XX
+            if error.error_code is None or not 400 <= error.error_code < 500:
+                category = HTTP_5XX
+            self._fail(res, category, f"error in stream: {error.error}")
+            self._drain(resp)
+            return
+        if not done:
+            self._fail(res, STREAM_CUT, f"stream ended without its end marker after {len(chunk_ns)} token chunks")
+            self._release(resp)
+            return
+        t_done = _perf_ns()
+        res.t_end_ns = _perf_ns() if self._drain(resp) else t_done
+
+    def _read_whole(self, resp: _Response, adapter: Adapter, res: StreamResult) -> None:
+        self._phase = "reading the response body"
+        try:
+            body = resp.read_body(1 << 30)
+        except (OSError, HTTPParseError) as e:
+            self.close()
+            self._fail(res, STREAM_CUT, f"body broke: {_describe(e)}")
+            return
+        res.t_end_ns = resp.t_recv_ns
+        self._release(resp)
+        try:
+            ev = adapter.parse_response(body)
+        except BadChunk as e:
+            self._fail(res, BAD_CHUNK, str(e))
+            return
+        res.text, res.usage, res.server_timings = ev.text, ev.usage, ev.server_timings
+        if ev.error is not None:
+            code = ev.error_code
+            category = HTTP_429 if code == 429 else HTTP_4XX if code and 400 <= code < 500 else HTTP_5XX
+            self._fail(res, category, f"error in body: {ev.error}")
+            return
+        if ev.tokens or ev.text:
+            res.chunk_ns.append(resp.t_recv_ns)
+            res.chunk_tokens.append(ev.tokens or 1)
+            res.t_first_ns = resp.t_recv_ns
+
+    def _http_error(self, resp: _Response, res: StreamResult, status: int) -> None:
+        category = HTTP_429 if status == 429 else HTTP_5XX if status >= 500 else HTTP_4XX
+        res.retry_after_s = _retry_after(resp.get("retry-after"))
+        self._phase = "reading the error body"
+        try:
+            body = resp.read_body(self._max_error_body)
+        except (OSError, HTTPParseError):
+            body = b""
+        first = _first_line(body) or (resp.status_message or "")
+        self._fail(res, category, f"HTTP {status}: {first}".rstrip(": "))
+        self._release(resp)
+
+    # ---- connection management -----------------------------------------------------------------
+
+    def _ensure_connected(self) -> bool:
+        """Connect unless a healthy idle connection is kept; True when a new one was opened."""
+        sock = self._sock
+        if sock is not None:
+            try:
+                readable, _, _ = select.select([sock], [], [], 0)
+            except (OSError, ValueError):
+                readable = [sock]
+            if not readable:
+                return False
+            # An idle connection has nothing to read: readable means the server closed it (EOF)
+            # or sent something unsolicited. Either way it cannot carry the next request.
+            self.close()
+        sock = gsocket.create_connection((self._host, self._port), timeout=self._connect_timeout_s)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls:
+                import gevent.ssl
+
+                sock = gevent.ssl.create_default_context().wrap_socket(sock, server_hostname=self._host)
+            sock.settimeout(None)  # the request deadline (gevent.Timeout) bounds every wait
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        self.connections_opened += 1
+        return True
+
+    def _release(self, resp: _Response) -> None:
+        """Keep the connection for the next request if the reply ended cleanly and allows it."""
+        if not resp.keep_alive():
+            self.close()
+
+    def _drain(self, resp: _Response) -> bool:
+        """Read the rest of the body after the end marker; False (connection dropped) if it fails."""
+        self._phase = "draining the body"
+        timer = gevent.Timeout(self._drain_timeout_s)
+        timer.start()
+        try:
+            while resp.readline():
+                pass
+        except gevent.Timeout as t:
+            if t is not timer:
+                raise
+            self.close()
+            return False
+        except (OSError, HTTPParseError):
+            self.close()
+            return False
+        finally:
+            timer.close()
+        self._release(resp)
+        return True
+
+    def _encode(self, prepared: PreparedRequest, adapter: Adapter) -> bytes:
+        headers = dict(prepared.headers)
+        if self._api_key:
+            headers.update(adapter.auth_headers(self._api_key))
+        lines = [
+            f"{prepared.method} {self._prefix}{prepared.path} HTTP/1.1",
+            f"Host: {self._host_header}",
+            f"Content-Length: {len(prepared.body)}",
+            f"User-Agent: {_USER_AGENT}",
+        ]
+        for k, v in headers.items():
+            v = str(v)
+            if "\r" in v or "\n" in v or "\r" in k or "\n" in k or ":" in k:
+                raise ValueError(f"header {k!r} has a character HTTP forbids: {v!r}")
+            lines.append(f"{k}: {v}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + prepared.body
+
+    @staticmethod
+    def _fail(res: StreamResult, category: str, message: str) -> None:
+        res.error_category = category
+        one_line = " ".join(message.split())
+        res.error_message = one_line if len(one_line) <= _MESSAGE_CHARS else one_line[: _MESSAGE_CHARS - 3] + "..."
+
+
+def _is_close(e: BaseException) -> bool:
+    return isinstance(e, _ClosedBeforeResponse | ConnectionResetError | BrokenPipeError | ConnectionAbortedError)
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(e, TimeoutError | socket.timeout):
+        return "connect timed out"
+    if isinstance(e, socket.gaierror):
+        return f"cannot resolve host ({e.strerror})"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror.lower()
+    return str(e) or type(e).__name__
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, _ClosedBeforeResponse):
+        return "server closed the connection before answering"
+    if isinstance(e, HTTPParseError):
+        return f"bad or truncated HTTP response ({e})"
+    return _reason(e)
+
+
+def _first_line(body: bytes) -> str:
+    for line in body.decode("utf-8", "replace").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _retry_after(value: str | list | None) -> float | None:
+    """``Retry-After`` in seconds: a number of seconds or an HTTP date."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
