@@ -61,7 +61,9 @@ def test_read_histograms_merges_exactly(log_file):
     assert set(merged) == set(whole)
     for t, h in whole.items():
         assert merged[t].get_total_count() == h.get_total_count()
-        assert [merged[t].get_value_at_percentile(p) for p in (50, 99)] == [h.get_value_at_percentile(p) for p in (50, 99)]
+        assert [merged[t].get_value_at_percentile(p) for p in (50, 99)] == [
+            h.get_value_at_percentile(p) for p in (50, 99)
+        ]
     later = hlog.read_histograms(path, start_s=2.0)
     assert all(later[t].get_total_count() == 1000 for t in whole)
 

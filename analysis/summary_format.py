@@ -1,0 +1,215 @@
+"""A summary dict as a terminal table (``format_summary``) or long-format CSV (``summary_to_csv``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from analysis.records import METRICS
+
+GROUPS = (("by_turn_class", "turn class"), ("by_tenant", "tenant"), ("by_target", "target"),
+          ("by_model", "model"), ("by_hardware", "hardware"))  # fmt: skip
+_STATS = ("p50", "p90", "p95", "p99", "p99.9", "mean", "max")
+
+
+def fmt_ms(v: float | None) -> str:
+    """A millisecond value for a table: 3 significant-ish digits, ``-`` when absent."""
+    if v is None:
+        return "-"
+    a = abs(v)
+    return f"{v:.2f}" if a < 10 else f"{v:.1f}" if a < 1000 else f"{v:,.0f}"
+
+
+def fmt_num(v: float | None, nd: int = 2) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{nd}f}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def fmt_pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def describe_mode(summary: dict[str, Any]) -> str:
+    """``open-loop, poisson 20/s`` or ``closed-loop, concurrency 8``."""
+    arrival = summary.get("arrival") or {}
+    mode = summary.get("mode") or "open-loop"
+    if arrival.get("concurrency"):
+        return f"{mode}, concurrency {arrival['concurrency']}"
+    kind = arrival.get("kind") or "?"
+    rate = arrival.get("rate_per_s")
+    extra = f" {rate:g}/s" if isinstance(rate, int | float) else ""
+    if arrival.get("burstiness") is not None:
+        extra += f" (burstiness {arrival['burstiness']:g})"
+    return f"{mode}, {kind}{extra}"
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The summary as aligned plain text for a terminal (times in ms)."""
+    out: list[str] = []
+    wl = summary.get("workload") or {}
+    out.append(
+        f"run {summary['run_id']}  |  {summary['status']}  |  {describe_mode(summary)}  |  seed {summary.get('seed')}"
+        f"  |  workload {wl.get('name', '?')} ({wl.get('fingerprint', '?')})"
+    )
+    if summary.get("partial"):
+        out.append(f"PARTIAL: {summary['partial_reason']}")
+    w, req, err = summary["window"], summary["requests"], summary["errors"]
+    warm = f", warm-up {w['warmup_s']:g} s excluded" if w["warmup_s"] else ""
+    out.append(
+        f"window {w['start_s']:g}-{w['end_s']:g} s ({w['length_s']:g} s{warm})  |  {req['measured']:,} requests measured,"
+        f" {err['total']:,} errors ({fmt_pct(err['rate'])})"
+    )
+    tp = summary["throughput"]
+    out.append(
+        f"throughput  {fmt_num(tp['requests_per_s'])} req/s  |  {fmt_num(tp['input_tokens_per_s'], 1)} input tok/s"
+        f"  |  {fmt_num(tp['output_tokens_per_s'], 1)} output tok/s"
+    )
+    out.append("")
+    out.extend(_metric_table(summary["metrics"]))
+    for key, title in GROUPS:
+        groups = summary.get(key) or {}
+        if groups:
+            out.append("")
+            out.extend(_group_table(title, groups))
+    out.append("")
+    out.extend(_slo_lines(summary))
+    out.extend(_cost_lines(summary))
+    gen = summary["generator"]
+    state = "SATURATED" if gen["saturated"] else "ok"
+    cpu = f"  |  cpu p99 {gen['cpu_percent_p99']:g}%" if gen.get("cpu_percent_p99") is not None else ""
+    out.append(
+        f"generator   schedule lag p99 {fmt_ms(gen['schedule_lag_p99_ms'])} ms (bound {gen['saturation_bound_ms']:g} ms): {state}{cpu}"
+    )
+    if err["by_category"]:
+        out.append("errors      " + "  ".join(f"{k} {v:,}" for k, v in err["by_category"].items()))
+    if summary.get("notes"):
+        out.append("notes")
+        out.extend(f"  - {n}" for n in summary["notes"])
+    return "\n".join(out)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r))  # noqa: E731
+    return [line(header).rstrip(), *(line(r).rstrip() for r in rows)]
+
+
+def _metric_table(metrics: dict[str, Any]) -> list[str]:
+    rows = []
+    for m in METRICS:
+        d = metrics.get(m)
+        if not d:
+            continue
+        name = m if d["unit"] == "ms" else f"{m} ({d['unit']})"
+        fmt = fmt_ms if d["unit"] == "ms" else (lambda v: fmt_num(v, 2))
+        rows.append([name, f"{d['count']:,}", *(fmt(d.get(s)) for s in _STATS)])
+    return _table(["metric (ms)", "count", *_STATS], rows)
+
+
+def _group_table(title: str, groups: dict[str, Any]) -> list[str]:
+    header = [
+        f"by {title}",
+        "reqs",
+        "errors",
+        "out tok/s",
+        "ttft p50",
+        "ttft p99",
+        "tpot p50",
+        "itl p99",
+        "e2e p99",
+        "attain",
+    ]
+    rows = []
+    for name, g in groups.items():
+        m = g["metrics"]
+        rows.append([
+            name, f"{g['requests']['measured']:,}", f"{g['errors']['total']:,}",
+            fmt_num(g["throughput"]["output_tokens_per_s"], 1),
+            fmt_ms(m["ttft"]["p50"]), fmt_ms(m["ttft"]["p99"]), fmt_ms(m["tpot"]["p50"]),
+            fmt_ms(m["itl"]["p99"]), fmt_ms(m["e2e"]["p99"]), fmt_pct(g["slo"]["attainment"]),
+        ])  # fmt: skip
+    return _table(header, rows)
+
+
+def _slo_lines(summary: dict[str, Any]) -> list[str]:
+    slo = summary["slo"]
+    out = []
+    if slo["attainment"] is not None:
+        per_request = [s for s in summary["slos"] if "_p" not in s.split("=")[0] and "_mean" not in s]
+        out.append(
+            f"SLOs        attainment {fmt_pct(slo['attainment'])} ({', '.join(per_request)})  |  goodput "
+            f"{fmt_num(slo['goodput_requests_per_s'])} req/s, {fmt_num(slo['goodput_tokens_per_s'], 1)} tok/s"
+        )
+    for c in slo["percentile"]:
+        state = "ok" if c["ok"] else "MISSED"
+        out.append(f"            {c['slo']:<18} observed {fmt_ms(c['observed_ms'])} ms  {state}")
+    return out
+
+
+def _cost_lines(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for label, g in (summary.get("by_target") or {}).items():
+        c = g.get("cost")
+        if c:
+            per_m = c["usd_per_1m_output_tokens"]
+            out.append(
+                f"cost        {label}: ${c['cost_per_hour_usd']:,.2f}/h  |  {fmt_num(c['output_tokens_per_usd'], 0)} output tokens/$"
+                f"  |  {'-' if per_m is None else f'${per_m:,.4f}'} per 1M output tokens"
+            )
+    return out
+
+
+def summary_to_csv(summary: dict[str, Any]) -> str:
+    """Long-format CSV: ``scope,group,metric,stat,value,unit``, one number a row."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["scope", "group", "metric", "stat", "value", "unit"])
+    w.writerows(_group_rows("all", "", summary))
+    for key, _ in GROUPS:
+        for name, g in (summary.get(key) or {}).items():
+            w.writerows(_group_rows(key.removeprefix("by_"), name, g))
+    return buf.getvalue()
+
+
+def _group_rows(scope: str, group: str, g: dict[str, Any]) -> Iterator[list[Any]]:
+    for m, d in g["metrics"].items():
+        for stat in ("count", "min", "mean", "max", *(k for k in d if k.startswith("p"))):
+            yield [scope, group, m, stat, _cell(d.get(stat)), "count" if stat == "count" else d["unit"]]
+    for k, v in g["throughput"].items():
+        unit = "s" if k == "window_s" else "tokens" if k.endswith("_tokens") else "1/s"
+        yield [scope, group, "throughput", k, _cell(v), unit]
+    for k, v in g["requests"].items():
+        yield [scope, group, "requests", k, v, "count"]
+    yield [scope, group, "errors", "total", g["errors"]["total"], "count"]
+    yield [scope, group, "errors", "rate", _cell(g["errors"]["rate"]), "fraction"]
+    for k, v in g["errors"]["by_category"].items():
+        yield [scope, group, "errors", k, v, "count"]
+    slo = g["slo"]
+    for k, unit in (
+        ("attainment", "fraction"),
+        ("goodput_requests_per_s", "1/s"),
+        ("goodput_tokens_per_s", "1/s"),
+    ):
+        if slo[k] is not None:
+            yield [scope, group, "slo", k, _cell(slo[k]), unit]
+    for c in slo["percentile"]:
+        yield [scope, group, "slo", c["slo"], _cell(c["observed_ms"]), "ms"]
+    for k, v in (g.get("cost") or {}).items():
+        yield [
+            scope,
+            group,
+            "cost",
+            k,
+            _cell(v),
+            "usd/h" if k == "cost_per_hour_usd" else k.split("_per_")[0],
+        ]
+
+
+def _cell(v: Any) -> Any:
+    return "" if v is None else v
+
+
+__all__ = ["describe_mode", "fmt_ms", "format_summary", "summary_to_csv"]
