@@ -1,0 +1,217 @@
+"""OpenAI-compatible adapters: ``/v1/chat/completions`` and ``/v1/completions``.
+
+Spoken by vLLM, SGLang, llama-server, the routers in front of them and the simulated engine.
+The wire format (server-sent events, one JSON chunk per ``data:`` line, ``data: [DONE]`` last):
+
+* the first chat chunk is role-only: ``delta: {"role": "assistant", "content": ""}`` (vLLM) or
+  ``"content": null`` (llama-server); it carries no token;
+* each later chunk carries ``delta.content`` and/or ``delta.reasoning_content`` (``reasoning`` in
+  newer vLLM) for reasoning models; completions chunks carry ``choices[0].text``;
+* with ``stream_options.include_usage`` (always asked) a last chunk with ``choices: []`` carries
+  ``usage`` (``prompt_tokens``, ``completion_tokens``, ``prompt_tokens_details.cached_tokens``);
+* with vLLM's ``continuous_usage_stats`` every chunk carries the cumulative ``usage``, which tells
+  how many tokens a chunk holds (speculative decoding or a stream interval > 1 batch several);
+* llama-server adds a ``timings`` object (``prompt_n``, ``cache_n``, ``prompt_ms``,
+  ``predicted_n``, ``predicted_ms``, ...) to its final chunk: surfaced as ``server_timings``.
+"""
+
+from __future__ import annotations
+
+from workloads.tokenizer import render_chat
+
+from .base import (
+    Adapter,
+    ChatRequest,
+    PreparedRequest,
+    StreamEvent,
+    build_headers,
+    encode_body,
+    error_event,
+    load_json,
+    sse_payload,
+    usage_from_openai,
+)
+
+__all__ = ["OpenAIChatAdapter", "OpenAICompletionsAdapter"]
+
+
+class _OpenAIAdapter(Adapter):
+    """Options shared by both OpenAI flavours.
+
+    ``ignore_eos`` (vLLM, SGLang, llama-server, sim; the OpenAI service rejects it): send
+    ``ignore_eos`` when the request asks for it. ``min_tokens`` (vLLM, SGLang): a floor on the
+    generated length. ``continuous_usage_stats`` (vLLM): cumulative usage on every chunk.
+    ``temperature``: sent when set.
+    """
+
+    def __init__(
+        self,
+        *,
+        ignore_eos: bool = True,
+        min_tokens: int | None = None,
+        continuous_usage_stats: bool = False,
+        temperature: float | None = None,
+    ) -> None:
+        self.ignore_eos = ignore_eos
+        self.min_tokens = min_tokens
+        self.continuous_usage_stats = continuous_usage_stats
+        self.temperature = temperature
+
+    def _body(self, req: ChatRequest) -> dict:
+        body: dict = {}
+        if req.model is not None:
+            body["model"] = req.model
+        body["max_tokens"] = req.max_tokens
+        body["stream"] = req.stream
+        if req.stream:
+            opts = {"include_usage": True}
+            if self.continuous_usage_stats:
+                opts["continuous_usage_stats"] = True
+            body["stream_options"] = opts
+        if self.ignore_eos and req.ignore_eos:
+            body["ignore_eos"] = True
+        if self.min_tokens is not None:
+            body["min_tokens"] = self.min_tokens
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        body["user"] = req.session_id
+        return body
+
+    def _prepare(self, body: dict, req: ChatRequest) -> PreparedRequest:
+        return PreparedRequest(
+            "POST", self.path, build_headers(req, stream=req.stream), encode_body(body, req), req.stream
+        )
+
+
+class OpenAIChatAdapter(_OpenAIAdapter):
+    """``POST /v1/chat/completions`` with ``messages``."""
+
+    name = "openai-chat"
+    path = "/v1/chat/completions"
+
+    def build_request(self, req: ChatRequest) -> PreparedRequest:
+        body = self._body(req)
+        body["messages"] = req.messages
+        return self._prepare(body, req)
+
+    def new_stream(self) -> _ChatStream:
+        return _ChatStream()
+
+    def parse_response(self, body: bytes) -> StreamEvent:
+        obj = load_json(body)
+        err = error_event(obj)
+        if err is not None:
+            return err
+        text = ""
+        choices = obj.get("choices")
+        if choices:
+            msg = choices[0].get("message") or {}
+            text = (msg.get("reasoning_content") or msg.get("reasoning") or "") + (msg.get("content") or "")
+        return _final_event(obj, text)
+
+
+class OpenAICompletionsAdapter(_OpenAIAdapter):
+    """``POST /v1/completions`` with ``prompt = render_chat(messages)`` (the shared chat template)."""
+
+    name = "openai-completions"
+    path = "/v1/completions"
+
+    def build_request(self, req: ChatRequest) -> PreparedRequest:
+        body = self._body(req)
+        body["prompt"] = render_chat(req.messages)
+        return self._prepare(body, req)
+
+    def new_stream(self) -> _CompletionsStream:
+        return _CompletionsStream()
+
+    def parse_response(self, body: bytes) -> StreamEvent:
+        obj = load_json(body)
+        err = error_event(obj)
+        if err is not None:
+            return err
+        choices = obj.get("choices")
+        text = (choices[0].get("text") or "") if choices else ""
+        return _final_event(obj, text)
+
+
+def _final_event(obj: dict, text: str) -> StreamEvent:
+    u = obj.get("usage")
+    usage = usage_from_openai(u) if u else None
+    tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else int(bool(text))
+    return StreamEvent(tokens=tokens, text=text, usage=usage, done=True, server_timings=obj.get("timings"))
+
+
+class _OpenAIStream:
+    """Shared per-stream state: tokens already counted, for cumulative-usage attribution."""
+
+    __slots__ = ("counted",)
+
+    def __init__(self) -> None:
+        self.counted = 0
+
+    def _event(self, obj: dict, text: str, generated: bool) -> StreamEvent:
+        u = obj.get("usage")
+        usage = usage_from_openai(u) if u else None
+        tokens = 0
+        if generated:
+            tokens = 1
+            # Continuous usage: the cumulative count says how many tokens this chunk holds.
+            # Tokens that produced no text (held-back bytes, special tokens) land on the next
+            # token-bearing chunk, so the sum of chunk tokens tracks completion_tokens.
+            if usage is not None and usage.completion_tokens is not None:
+                tokens = max(1, usage.completion_tokens - self.counted)
+            self.counted += tokens
+        return StreamEvent(tokens, text, usage, False, obj.get("timings"))
+
+    def _load(self, line: bytes) -> dict | StreamEvent | None:
+        if line.startswith(b"data:"):
+            payload = line[5:].strip()
+        else:
+            payload = sse_payload(line)
+            if payload is None:
+                return None
+        if payload == b"[DONE]":
+            return StreamEvent(done=True)
+        if not payload:
+            return None
+        obj = load_json(payload)
+        err = error_event(obj)
+        return obj if err is None else err
+
+
+class _ChatStream(_OpenAIStream):
+    __slots__ = ()
+
+    def parse_line(self, line: bytes) -> StreamEvent | None:
+        obj = self._load(line)
+        if type(obj) is not dict:
+            return obj
+        text = ""
+        generated = False
+        choices = obj.get("choices")
+        if choices:
+            delta = choices[0].get("delta")
+            if delta:
+                content = delta.get("content")
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if reasoning:
+                    text = reasoning + content if content else reasoning
+                elif content:
+                    text = content
+                # A tool-call delta is generated output too, though not reply text.
+                generated = bool(text) or bool(delta.get("tool_calls"))
+        return self._event(obj, text, generated)
+
+
+class _CompletionsStream(_OpenAIStream):
+    __slots__ = ()
+
+    def parse_line(self, line: bytes) -> StreamEvent | None:
+        obj = self._load(line)
+        if type(obj) is not dict:
+            return obj
+        text = ""
+        choices = obj.get("choices")
+        if choices:
+            text = choices[0].get("text") or ""
+        return self._event(obj, text, bool(text))
