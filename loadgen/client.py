@@ -360,7 +360,9 @@ class SessionConnection:
             self._drain(resp)
             return
         if not done:
-            self._fail(res, STREAM_CUT, f"stream ended without its end marker after {len(chunk_ns)} token chunks")
+            self._fail(
+                res, STREAM_CUT, f"stream ended without its end marker after {len(chunk_ns)} token chunks"
+            )
             self._release(resp)
             return
         t_done = _perf_ns()
@@ -481,11 +483,15 @@ class SessionConnection:
     def _fail(res: StreamResult, category: str, message: str) -> None:
         res.error_category = category
         one_line = " ".join(message.split())
-        res.error_message = one_line if len(one_line) <= _MESSAGE_CHARS else one_line[: _MESSAGE_CHARS - 3] + "..."
+        res.error_message = (
+            one_line if len(one_line) <= _MESSAGE_CHARS else one_line[: _MESSAGE_CHARS - 3] + "..."
+        )
 
 
 def _is_close(e: BaseException) -> bool:
-    return isinstance(e, _ClosedBeforeResponse | ConnectionResetError | BrokenPipeError | ConnectionAbortedError)
+    return isinstance(
+        e, _ClosedBeforeResponse | ConnectionResetError | BrokenPipeError | ConnectionAbortedError
+    )
 
 
 def _reason(e: BaseException) -> str:
