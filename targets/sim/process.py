@@ -1,0 +1,99 @@
+"""Start a sim as a child process and learn its port from the listening line (tests, benchmarks).
+
+``SimProcess.start([...flags])`` runs ``python -m targets.sim --port 0 ...``, waits (with a
+deadline) for ``loadgen-sim listening on http://HOST:PORT (...)`` on its stdout, and returns the
+handle. ``stop()`` sends SIGTERM, waits, and kills if needed; use it in a ``finally`` or a fixture
+finalizer so no sim outlives its caller.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+LISTENING_RE = re.compile(r"^loadgen-sim listening on (http://(\S+):(\d+)) \(profile (\S+), time-scale (\S+)\)$")
+
+
+class SimStartError(RuntimeError):
+    """The sim exited or stayed silent past the deadline; the message carries its stderr."""
+
+
+class SimProcess:
+    """A running ``python -m targets.sim`` child."""
+
+    def __init__(self, proc: subprocess.Popen, url: str, port: int, stderr_file) -> None:
+        self.proc = proc
+        self.url = url
+        self.port = port
+        self._stderr = stderr_file
+
+    def stderr(self) -> str:
+        """What the sim wrote to stderr so far."""
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @classmethod
+    def start(cls, args: list[str], timeout_s: float = 20.0, python: str | None = None) -> SimProcess:
+        """Start a sim with ``args`` (``--port 0`` is added unless a port is given)."""
+        if "--port" not in args:
+            args = ["--port", "0", *args]
+        # a file, not a pipe: a chatty sim can't block on it; closed by stop()
+        err_file = tempfile.TemporaryFile()  # noqa: SIM115
+        proc = subprocess.Popen(
+            [python or sys.executable, "-m", "targets.sim", *args],
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + timeout_s
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        try:
+            while time.monotonic() < deadline:
+                if not sel.select(timeout=max(0.0, min(0.5, deadline - time.monotonic()))):
+                    if proc.poll() is not None:
+                        break
+                    continue
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                m = LISTENING_RE.match(line.strip())
+                if m:
+                    return cls(proc, m.group(1), int(m.group(3)), err_file)
+        finally:
+            sel.close()
+        cls._kill(proc)
+        err_file.seek(0)
+        err = err_file.read().decode(errors="replace")
+        err_file.close()
+        raise SimStartError(f"the sim did not start (exit {proc.returncode}): {err.strip()[-2000:]}")
+
+    def stop(self, timeout_s: float = 5.0) -> int:
+        """SIGTERM, wait up to ``timeout_s``, then SIGKILL. Returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._kill(self.proc)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self._stderr.close()
+        return self.proc.returncode
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
