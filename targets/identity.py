@@ -1,0 +1,351 @@
+"""Who is answering on that port: identity probes, expected-identity checks, and a preflight.
+
+A server left running from an earlier run answers health checks and gets benchmarked silently
+(DESIGN §9). Before any load, ``loadgen run``:
+
+1. ``preflight(base_url, adapter)``: sends one tiny streaming request the way the run will, and
+   turns every way it can fail (nothing listening, wrong path, wrong adapter, no streaming, bad
+   key) into a one-line ``TargetError`` that names the URL, what came back and the likely fix;
+2. ``read_identity(base_url, adapter_name)``: reads what the server says about itself, from
+   whichever of these it offers (each probe has its own deadline; absent ones are skipped):
+
+   ===================  ======================================================================
+   ``/v1/models``       served model ids and ``owned_by`` (vllm, sglang, llamacpp, loadgen-sim)
+   ``/version``         vLLM's version (the sim adds ``engine``)
+   ``/props``           llama-server: ``model_path``, ``build_info``, ``total_slots``
+   ``/get_server_info`` SGLang: ``version`` and server arguments
+   ``/get_model_info``  SGLang: ``model_path``
+   ===================  ======================================================================
+
+3. ``check_expected(identity, expect)``: compares with the configured ``model``, ``engine`` and
+   ``build`` and stops the run on a mismatch:
+   ``target http://...: expected model 'X' but the server serves 'Y'``.
+
+Probes use ``http.client``: they cooperate with gevent once Locust has patched sockets, and
+work without it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import time
+import urllib.parse
+import uuid
+from typing import Any
+
+import orjson
+
+from .adapters.base import Adapter, BadChunk, ChatRequest
+from .errors import TargetError
+from .scrape import http_get
+
+__all__ = ["EXPECT_KEYS", "check_expected", "normalize_engine", "preflight", "read_identity"]
+
+EXPECT_KEYS = ("model", "engine", "build")
+PROBES = ("/v1/models", "/version", "/props", "/get_server_info", "/get_model_info")
+
+_ENGINE_ALIASES = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "llamacpp": "llama.cpp",
+    "llama.cpp": "llama.cpp",
+    "llama-server": "llama.cpp",
+    "llama_cpp": "llama.cpp",
+    "loadgen-sim": "sim",
+    "sim": "sim",
+}
+
+
+def normalize_engine(name: str | None) -> str | None:
+    """``llamacpp``/``llama-server`` -> ``llama.cpp``, ``loadgen-sim`` -> ``sim``; others lower-cased."""
+    if name is None:
+        return None
+    key = str(name).strip().lower()
+    return _ENGINE_ALIASES.get(key, key)
+
+
+# ---- identity ----------------------------------------------------------------------------------
+
+
+def read_identity(
+    base_url: str, adapter_name: str | None = None, timeout_s: float = 5.0, *, api_key: str | None = None
+) -> dict[str, Any]:
+    """What the server at ``base_url`` says about itself.
+
+    Returns ``base_url``, ``adapter``, ``engine`` (vllm, sglang, llama.cpp, sim, or the server's
+    own ``owned_by``; None when nothing says), ``model`` (the first served id), ``models``,
+    ``model_path``, ``build``, ``total_slots``, ``max_model_len`` and ``endpoints`` (HTTP status
+    or failure per probe). Raises ``TargetError`` only when nothing is listening.
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    base = base_url.rstrip("/")
+    docs: dict[str, Any] = {}
+    endpoints: dict[str, int | str] = {}
+    for path in PROBES:
+        try:
+            status, _, body = http_get(base + path, timeout_s, headers=headers, max_bytes=1 << 20)
+        except ConnectionRefusedError:
+            if path == PROBES[0]:
+                raise TargetError(
+                    f"cannot reach target {base_url}: connection refused; is the server running?"
+                ) from None
+            endpoints[path] = "connection refused"
+            continue
+        except TimeoutError:
+            endpoints[path] = f"no answer within {timeout_s:g} s"
+            continue
+        except OSError as e:
+            endpoints[path] = (e.strerror or str(e) or type(e).__name__).lower()
+            continue
+        endpoints[path] = status
+        if status == 200:
+            try:
+                docs[path] = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                endpoints[path] = "200, not JSON"
+    return _identity_from(base_url, adapter_name, docs, endpoints)
+
+
+def _identity_from(
+    base_url: str, adapter_name: str | None, docs: dict[str, Any], endpoints: dict[str, int | str]
+) -> dict[str, Any]:
+    def doc(path: str) -> dict:
+        d = docs.get(path)
+        return d if isinstance(d, dict) else {}
+
+    models_doc, version, props = doc("/v1/models"), doc("/version"), doc("/props")
+    server_info, model_info = doc("/get_server_info"), doc("/get_model_info")
+    entries = [m for m in models_doc.get("data") or [] if isinstance(m, dict)]
+    models = [str(m["id"]) for m in entries if "id" in m]
+    owned_by = next((str(m["owned_by"]) for m in entries if m.get("owned_by")), None)
+    max_model_len = next((m["max_model_len"] for m in entries if m.get("max_model_len")), None)
+
+    # What the server names itself beats what its endpoints suggest: the sim, for one, mimics
+    # SGLang's /get_server_info and vLLM's /version.
+    engine = normalize_engine(version.get("engine") or owned_by)
+    build = None
+    if engine in (None, "sglang") and "version" in server_info:
+        engine, build = "sglang", str(server_info["version"])
+    if engine in (None, "llama.cpp") and ("build_info" in props or "total_slots" in props):
+        engine, build = "llama.cpp", props.get("build_info")
+    if engine in (None, "vllm") and "version" in version and build is None:
+        engine, build = "vllm", str(version["version"])
+    if build is None:
+        build = version.get("version") or server_info.get("version") or props.get("build_info")
+
+    model_path = props.get("model_path") or model_info.get("model_path") or server_info.get("model_path")
+    model = models[0] if models else (os.path.basename(model_path) if model_path else None)
+    return {
+        "base_url": base_url,
+        "adapter": adapter_name,
+        "engine": engine,
+        "model": model,
+        "models": models,
+        "model_path": model_path,
+        "build": None if build is None else str(build),
+        "total_slots": props.get("total_slots"),
+        "max_model_len": max_model_len or server_info.get("context_length"),
+        "endpoints": endpoints,
+    }
+
+
+def check_expected(identity: dict[str, Any], expect: dict[str, Any], *, url: str | None = None) -> None:
+    """Raise ``TargetError`` unless the server matches every key of ``expect`` (model, engine, build).
+
+    ``model`` matches a served model id, the model path or its file name; ``engine`` matches up
+    to aliases (``llama-server`` = ``llama.cpp``); ``build`` matches when it is part of the
+    reported build string (``b4567`` matches ``b4567-1a2b3c4d``).
+    """
+    where = url or identity.get("base_url") or "?"
+    for key in expect:
+        if key not in EXPECT_KEYS:
+            raise TargetError(f"unknown identity key {key!r} in expect; use {', '.join(EXPECT_KEYS)}")
+    want = expect.get("model")
+    if want is not None:
+        served = [*identity.get("models", [])]
+        if not served and identity.get("model"):
+            served.append(identity["model"])
+        names = set(served)
+        path = identity.get("model_path")
+        if path:
+            names |= {path, os.path.basename(path)}
+        names |= {os.path.basename(s) for s in served}
+        if str(want) not in names:
+            shown = (
+                ", ".join(served) or (path or "") or "no model it will name (neither /v1/models nor /props)"
+            )
+            raise TargetError(f"target {where}: expected model '{want}' but the server serves '{shown}'")
+    want = expect.get("engine")
+    if want is not None:
+        got = identity.get("engine")
+        if normalize_engine(want) != normalize_engine(got):
+            shown = f"is '{got}'" if got else "does not say which engine it is"
+            raise TargetError(f"target {where}: expected engine '{want}' but the server {shown}")
+    want = expect.get("build")
+    if want is not None:
+        got = identity.get("build")
+        if not got or str(want) not in str(got):
+            shown = f"reports '{got}'" if got else "reports no build"
+            raise TargetError(f"target {where}: expected build '{want}' but the server {shown}")
+
+
+# ---- preflight ---------------------------------------------------------------------------------
+
+
+def preflight(
+    base_url: str,
+    adapter: Adapter,
+    *,
+    model: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 10.0,
+    session_header: str = "X-Session-ID",
+) -> dict[str, Any]:
+    """Send one tiny streaming request as the run will; ``TargetError`` unless it streams tokens.
+
+    Returns ``url``, ``status``, ``content_type``, ``ttft_s`` and ``tokens`` (token-bearing
+    events seen) for the run record.
+    """
+    u = urllib.parse.urlsplit(base_url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise TargetError(f"target URL {base_url!r} is not http(s)://host[:port]; e.g. http://127.0.0.1:8000")
+    req = ChatRequest(
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=4,
+        session_id="loadgen-preflight",
+        request_id=f"loadgen-preflight-{uuid.uuid4().hex[:12]}",
+        model=model,
+        session_header=session_header,
+    )
+    prepared = adapter.build_request(req)
+    path = u.path.rstrip("/") + prepared.path
+    url = f"{u.scheme}://{u.netloc}{path}"
+    headers = {**prepared.headers, **adapter.auth_headers(api_key)}
+    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(u.hostname, u.port, timeout=timeout_s)
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    try:
+        try:
+            conn.request(prepared.method, path, body=prepared.body, headers=headers)
+            resp = conn.getresponse()
+        except ConnectionRefusedError:
+            raise TargetError(
+                f"cannot reach target {base_url}: connection refused; is the server running?"
+            ) from None
+        except socket.gaierror:
+            raise TargetError(f"cannot reach target {base_url}: unknown host {u.hostname!r}") from None
+        except TimeoutError:
+            raise TargetError(
+                f"target {base_url} did not answer within {timeout_s:g} s; is it overloaded or still loading?"
+            ) from None
+        except (http.client.HTTPException, ConnectionError) as e:
+            raise TargetError(
+                f"target {base_url} closed the connection without an HTTP answer ({type(e).__name__}); "
+                "is it an HTTP server, and is the scheme (http/https) right?"
+            ) from None
+        except OSError as e:
+            raise TargetError(f"cannot reach target {base_url}: {(e.strerror or str(e)).lower()}") from None
+        ctype = resp.getheader("Content-Type", "") or ""
+        if resp.status != 200:
+            raise TargetError(_status_message(url, u.path, resp, adapter))
+        return _check_stream(url, conn, resp, ctype, adapter, t0, deadline, timeout_s)
+    finally:
+        conn.close()
+
+
+def _status_message(url: str, base_path: str, resp: http.client.HTTPResponse, adapter: Adapter) -> str:
+    try:
+        first = next(
+            (ln.strip() for ln in resp.read(4096).decode("utf-8", "replace").splitlines() if ln.strip()), ""
+        )
+    except (OSError, http.client.HTTPException):
+        first = ""
+    said = f" ({first[:160]})" if first else ""
+    head = f"target {url} answered {resp.status} {resp.reason}{said}"
+    if resp.status in (404, 405):
+        if base_path.rstrip("/").endswith("/v1"):
+            return f"{head}; drop '/v1' from the target URL: the adapter adds its own path ({adapter.path})"
+        return (
+            f"{head}; the server has no {adapter.path}: wrong URL, or wrong adapter "
+            f"('{adapter.name}'; others: openai-chat, openai-completions, llama-server, sglang)?"
+        )
+    if resp.status in (401, 403):
+        return f"{head}; the server wants an API key: set one for the target"
+    if resp.status in (400, 422):
+        return f"{head}; the server rejected the request: check the model name and the adapter options"
+    if resp.status == 429:
+        return f"{head}; the server is busy before the run starts: is another load running against it?"
+    return f"{head}; the server fails on a one-token request: check its logs"
+
+
+def _check_stream(
+    url: str,
+    conn: http.client.HTTPConnection,
+    resp: http.client.HTTPResponse,
+    ctype: str,
+    adapter: Adapter,
+    t0: float,
+    deadline: float,
+    timeout_s: float,
+) -> dict[str, Any]:
+    parser = adapter.new_stream()
+    tokens = 0
+    ttft = None
+    first_line = True
+    done = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        if conn.sock is not None:
+            conn.sock.settimeout(remaining)
+        try:
+            line = resp.readline(1 << 20)
+        except TimeoutError:
+            break
+        except (OSError, http.client.HTTPException) as e:
+            raise TargetError(f"target {url} broke the stream: {type(e).__name__}: {e}") from None
+        if not line:
+            break
+        if not line.strip():
+            continue
+        if first_line:
+            first_line = False
+            if "text/event-stream" not in ctype and not line.startswith((b"data:", b":", b"event:")):
+                shown = line.strip()[:80].decode("utf-8", "replace")
+                raise TargetError(
+                    f"target {url} answered 200 with {ctype or 'no Content-Type'}, not a server-sent event "
+                    f"stream ('{shown}'); this path does not stream: wrong adapter or URL?"
+                )
+        try:
+            ev = parser.parse_line(line)
+        except BadChunk as e:
+            raise TargetError(
+                f"target {url} streamed a line the '{adapter.name}' adapter cannot read ({e}); wrong adapter?"
+            ) from None
+        if ev is None:
+            continue
+        if ev.error is not None:
+            raise TargetError(f"target {url} sent an error in its stream: {ev.error}")
+        if ev.tokens:
+            tokens += ev.tokens
+            if ttft is None:
+                ttft = time.monotonic() - t0
+        if ev.done:
+            done = True
+            break
+    if tokens == 0:
+        if done:
+            raise TargetError(
+                f"target {url} ended its stream without a generated token the '{adapter.name}' adapter "
+                "recognises; wrong adapter?"
+            )
+        if first_line:
+            raise TargetError(f"target {url} answered 200 but streamed nothing within {timeout_s:g} s")
+        raise TargetError(
+            f"target {url} streamed no generated token within {timeout_s:g} s; is the model loaded?"
+        )
+    return {"url": url, "status": resp.status, "content_type": ctype, "ttft_s": ttft, "tokens": tokens}
