@@ -187,7 +187,8 @@ class SessionConnection:
     ``base_url`` may carry a path prefix (``http://host:8000/prefix``); adapter paths are
     appended to it. ``connect_timeout_s`` bounds each TCP connect (within the request deadline).
     ``api_key`` is sent as the adapter's auth header (``Authorization: Bearer`` for the built-in
-    ones). ``drain_timeout_s`` bounds reading the end of a body after its end marker; past it the
+    ones). ``extra_headers`` go on every request (a request's own headers win over them).
+    ``drain_timeout_s`` bounds reading the end of a body after its end marker; past it the
     result stands and the connection is dropped. ``connections_opened`` counts TCP connects.
     """
 
@@ -197,6 +198,7 @@ class SessionConnection:
         *,
         connect_timeout_s: float = 5.0,
         api_key: str | None = None,
+        extra_headers: dict[str, str] | None = None,
         block_size: int = 65536,
         drain_timeout_s: float = 2.0,
         max_error_body_bytes: int = 65536,
@@ -214,6 +216,7 @@ class SessionConnection:
         self._prefix = u.path.rstrip("/")
         self._connect_timeout_s = connect_timeout_s
         self._api_key = api_key
+        self._extra_headers = dict(extra_headers or {})
         self._block_size = block_size
         self._drain_timeout_s = drain_timeout_s
         self._max_error_body = max_error_body_bytes
@@ -463,7 +466,9 @@ class SessionConnection:
         return True
 
     def _encode(self, prepared: PreparedRequest, adapter: Adapter) -> bytes:
-        headers = dict(prepared.headers)
+        headers = (
+            {**self._extra_headers, **prepared.headers} if self._extra_headers else dict(prepared.headers)
+        )
         if self._api_key:
             headers.update(adapter.auth_headers(self._api_key))
         lines = [

@@ -125,8 +125,14 @@ def _serve() -> None:  # pragma: no cover - runs in the server subprocess
             raise web.HTTPNotFound()
         return web.json_response(doc)
 
+    streaming = {"ok", "close", "stall", "cut", "nodone", "malformed", "inband-error", "replay"}
+
     async def handle_post(request: web.Request) -> web.StreamResponse:
         scenario = request.match_info["scenario"]
+        if scenario.startswith("http-"):  # a fixed status, whatever the body says
+            return web.Response(status=int(scenario[5:]), text='{"error": {"message": "no way"}}')
+        if scenario not in streaming and scenario not in ("status", "json"):
+            raise web.HTTPNotFound()
         raw = await request.read()
         body = json.loads(raw) if raw else None
         params = (body or {}).get("test", {}) if isinstance(body, dict) else {}
