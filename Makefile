@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench clean llama-server
 
 setup: $(STAMP)
 
@@ -19,8 +19,13 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/loadgen demo
 
-test: setup
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+# llama.cpp's llama-server and the SmolLM2 model, built/fetched once per machine into
+# $${LOADGEN_CACHE:-~/.cache/loadgen} (4-10 min the first time, milliseconds after).
+llama-server:
+	@bash scripts/llama-server.sh ensure >/dev/null
+
+test: setup llama-server
+	LOADGEN_REQUIRE_LLAMA=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
