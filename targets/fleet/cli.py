@@ -38,8 +38,8 @@ class RouterSpecType(click.ParamType):
 @click.option("--engine", type=click.Choice(ENGINES), default="sim", show_default=True)
 @click.option("--profile", default="tiny", show_default=True, help="Sim profile (engine sim).")
 @click.option(
-    "--time-scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-    help="Sim time factor; 0.1 runs ten times faster.",
+    "--time-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
+    help="Sim wall seconds per simulated second; 0.1 runs ten times faster, 0 as fast as possible.",
 )  # fmt: skip
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Fleet seed; replica seeds derive from it."

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import math
 import os
 import re
 import signal
@@ -141,7 +142,10 @@ def _sim_argv(profile: str, time_scale: float, seed: int, server_id: str) -> lis
 
 def _check_sim_identity(replica: Replica) -> None:
     """The sim on the URL must be the process we started, with the server id we gave it."""
-    status, body = http_get(f"{replica.url}/sim/info")
+    try:
+        status, body = http_get(f"{replica.url}/sim/info")
+    except OSError as e:
+        raise FleetError(f"{replica.name} at {replica.url} does not answer GET /sim/info ({e})") from None
     if status != 200:
         raise FleetError(f"{replica.name} at {replica.url} answers GET /sim/info with HTTP {status}")
     info = _json(body)
@@ -269,8 +273,10 @@ def start_fleet(
         raise FleetError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
     if engine == "sim" and profile not in (names := profile_names()):
         raise FleetError(f"unknown sim profile {profile!r}; choose one of: {', '.join(names)}")
-    if not time_scale > 0:
-        raise FleetError(f"--time-scale must be > 0 (got {time_scale!r}); e.g. 0.1 runs ten times faster")
+    if not (isinstance(time_scale, int | float) and math.isfinite(time_scale) and time_scale >= 0):
+        raise FleetError(
+            f"--time-scale must be a number >= 0 (got {time_scale!r}); 0.1 runs ten times faster, 0 flat out"
+        )
     spec = parse_router_spec(router) if isinstance(router, str) else router
     if spec is None and replicas > 1:
         raise FleetError(

@@ -97,7 +97,7 @@ def test_one_replica_without_a_router_is_served_directly(tmp_path):
         ({"profile": "no-such-gpu"}, "unknown sim profile 'no-such-gpu'; choose one of: "),
         ({"replicas": 0}, "--replicas must be a whole number >= 1 (got 0)"),
         ({"engine": "trtllm"}, "unknown engine 'trtllm'; choose one of: sim, llama-server"),
-        ({"time_scale": 0}, "--time-scale must be > 0 (got 0)"),
+        ({"time_scale": -1}, "--time-scale must be a number >= 0 (got -1); 0.1 runs ten times faster, 0 flat out"),
     ],
 )  # fmt: skip
 def test_bad_input_fails_before_anything_starts(kwargs, message, tmp_path):
