@@ -277,11 +277,14 @@ def record_end_us(rec: RequestRecord) -> int:
 
 def histograms_from_records(records: Iterable[RequestRecord]) -> dict[str, HdrHistogram]:
     """``{tag: histogram}`` built from records with the runtime's recording rule (exact, clamped)."""
-    values: dict[str, list[int]] = defaultdict(list)
+    by_labels: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
     for r in records:
-        labels = (r.turn_class, r.tenant, r.target)
+        tc, tn, tg = r.turn_class, r.tenant, r.target
         for metric, v in metric_values(r):
-            values[histogram_tag(metric, *labels)].append(v)
+            by_labels[(metric, tc, tn, tg)].append(v)
+    values: dict[str, list[int]] = defaultdict(list)
+    for labels, vals in by_labels.items():
+        values[histogram_tag(*labels)].extend(vals)  # labels that clean to the same tag share it
     out: dict[str, HdrHistogram] = {}
     for tag, vals in values.items():
         h = out[tag] = hlog.new_histogram()

@@ -1,0 +1,319 @@
+"""A/B comparison of two runs with bootstrap confidence intervals (``loadgen compare A B``).
+
+``compare_runs(a_dir, b_dir)`` returns a dict (docs/results-format.md, "compare") with, for each
+metric (ttft, tpot, itl, e2e, ttft_sched), turn class (all, first, follow-up) and statistic
+(p50, p90, p95, p99, mean): A, B, B - A, B / A and 95% bootstrap intervals of both, plus a one-line
+verdict per headline metric. Values come from the per-request records (raw, not bucketed), so
+they can differ from summary.json's HDR figures in the third significant digit.
+
+Runs with the same seed and workload fingerprint replayed the same sessions, so requests pair up
+by (session_id, turn_index) and the bootstrap resamples pairs; otherwise each arm is resampled on
+its own. Comparing runs whose seed or workload differ is refused unless ``force``: the difference
+would mix the change under test with a change of traffic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.bootstrap import Sample, bootstrap
+from analysis.errors import ResultsError
+from analysis.records import RequestRecord
+from analysis.results import RunResults, load_results
+from analysis.summary import summarize_results
+
+COMPARE_SCHEMA_VERSION = 1
+METRICS = ("ttft", "tpot", "itl", "e2e", "ttft_sched")
+TURN_CLASSES = ("all", "first", "follow-up")
+PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+HEADLINE_STAT = "p95"
+HEADLINES = (
+    ("ttft", "all"),
+    ("ttft", "first"),
+    ("ttft", "follow-up"),
+    ("tpot", "all"),
+    ("itl", "all"),
+    ("e2e", "all"),
+)
+METRIC_NAMES = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "itl": "ITL",
+    "e2e": "E2E latency",
+    "ttft_sched": "TTFT from schedule",
+}
+_CDF_POINTS = 200
+
+
+def compare_runs(
+    a_dir: str | Path,
+    b_dir: str | Path,
+    *,
+    force: bool = False,
+    n_boot: int = 2000,
+    seed: int = 0,
+    percentiles: tuple[float, ...] = PERCENTILES,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """Compare run B against baseline A (see the module docstring). Raises ``ResultsError`` when the
+    runs' seed or workload fingerprint differ, unless ``force``."""
+    a, b = load_results(a_dir, histograms=False), load_results(b_dir, histograms=False)
+    differences = _differences(a, b)
+    if differences and not force:
+        raise ResultsError(
+            f"{a.path} and {b.path} differ in {' and '.join(differences)}: the comparison would mix the change "
+            "under test with a change of traffic; rerun with the same --seed and workload, or force it (unpaired)"
+        )
+    pairs = _pairs(a, b) if not differences else {}
+    paired = bool(pairs)
+    if differences:
+        pairing = f"unpaired: forced across different {' and '.join(differences)}"
+    elif not paired:
+        pairing = "unpaired: the runs share seed and workload but no (session_id, turn_index)"
+    else:
+        pairing = f"paired by (session_id, turn_index) over {len(pairs):,} request pairs"
+    rows = []
+    cdfs: dict[str, dict[str, Any]] = {}
+    for metric in METRICS:
+        for tc in TURN_CLASSES:
+            sa, sb, n_pairs = _samples(a, b, metric, tc, pairs)
+            iv = bootstrap(
+                sa, sb, percentiles, paired=paired, n_boot=n_boot, seed=seed, confidence=confidence
+            )
+            for j, stat in enumerate(iv.stats):
+                rows.append(_row(metric, tc, stat, iv, j, len(sa), len(sb), n_pairs if paired else None))
+            if tc == "all" or metric == "ttft":
+                cdfs.setdefault(metric, {})[tc] = {"a": _cdf(sa), "b": _cdf(sb)}
+    summaries = (summarize_results(a), summarize_results(b))
+    warnings = _warnings(a, b, summaries, differences)
+    n_min = min((r["n_a"], r["n_b"]) for r in rows if (r["metric"], r["turn_class"]) == ("ttft", "all"))
+    if max(percentiles) >= 99 and min(n_min) < 1000:
+        warnings.append(
+            f"p99 from under 1,000 requests (A {n_min[0]:,}, B {n_min[1]:,}) rests on a handful of values: its interval is rough"
+        )
+    return {
+        "schema_version": COMPARE_SCHEMA_VERSION,
+        "a": _arm(a, summaries[0]),
+        "b": _arm(b, summaries[1]),
+        "paired": paired,
+        "pairing": pairing,
+        "forced": bool(differences),
+        "n_boot": n_boot,
+        "seed": seed,
+        "confidence": confidence,
+        "warnings": warnings,
+        "overview": _overview(*summaries),
+        "rows": rows,
+        "verdicts": [_verdict(rows, m, tc, confidence) for m, tc in HEADLINES],
+        "cdf": cdfs,
+    }
+
+
+def find_row(cmp: dict[str, Any], metric: str, turn_class: str, stat: str) -> dict[str, Any] | None:
+    """The row of ``cmp["rows"]`` for (metric, turn class, statistic), or None."""
+    for r in cmp["rows"]:
+        if (r["metric"], r["turn_class"], r["stat"]) == (metric, turn_class, stat):
+            return r
+    return None
+
+
+def describe(metric: str, turn_class: str, stat: str) -> str:
+    """``follow-up-turn p95 TTFT``, ``p99 ITL``, ``first-turn mean E2E latency``."""
+    prefix = "" if turn_class == "all" else f"{turn_class}-turn "
+    return f"{prefix}{stat} {METRIC_NAMES.get(metric, metric)}"
+
+
+TIMES = "\u00d7"  # the multiplication sign, as in "6.8x" written properly
+
+
+def fmt_factor(x: float) -> str:
+    return f"{x:.0f}{TIMES}" if x >= 10 else f"{x:.1f}{TIMES}" if x >= 2 else f"{x:.2f}{TIMES}"
+
+
+def _differences(a: RunResults, b: RunResults) -> list[str]:
+    out = []
+    if a.info.get("seed") != b.info.get("seed"):
+        out.append(f"seed ({a.info.get('seed')} vs {b.info.get('seed')})")
+    fa = (a.info.get("workload") or {}).get("fingerprint")
+    fb = (b.info.get("workload") or {}).get("fingerprint")
+    if fa != fb:
+        out.append(f"workload fingerprint ({fa} vs {fb})")
+    return out
+
+
+def _pairs(a: RunResults, b: RunResults) -> dict[tuple[str, int], tuple[RequestRecord, RequestRecord]]:
+    in_b = {(r.session_id, r.turn_index): r for r in b.measured()}
+    out = {}
+    for r in a.measured():
+        other = in_b.get((r.session_id, r.turn_index))
+        if other is not None:
+            out[(r.session_id, r.turn_index)] = (r, other)
+    return out
+
+
+def _value(rec: RequestRecord, metric: str) -> float | list[int] | None:
+    """The request's value in ms (ITL: its list of gaps), successful requests only (as histograms)."""
+    if not rec.ok:
+        return None
+    if metric == "itl":
+        return rec.itl_us
+    v = {"ttft": rec.ttft_us, "tpot": rec.tpot_us, "e2e": rec.e2e_us, "ttft_sched": rec.ttft_sched_us}[metric]
+    return None if v is None else v / 1000.0
+
+
+def _sample(values: list[Any], metric: str) -> Sample:
+    if metric == "itl":
+        return Sample.pooled([np.asarray(v, dtype=float) / 1000.0 for v in values])
+    return Sample.scalar(values)
+
+
+def _samples(a: RunResults, b: RunResults, metric: str, tc: str, pairs) -> tuple[Sample, Sample, int]:
+    keep = (lambda r: True) if tc == "all" else (lambda r: r.turn_class == tc)
+    if pairs:
+        va, vb = [], []
+        for ra, rb in pairs.values():
+            if keep(ra):
+                xa, xb = _value(ra, metric), _value(rb, metric)
+                if xa is not None and xb is not None:
+                    va.append(xa)
+                    vb.append(xb)
+        return _sample(va, metric), _sample(vb, metric), len(va)
+    va = [v for r in a.measured() if keep(r) and (v := _value(r, metric)) is not None]
+    vb = [v for r in b.measured() if keep(r) and (v := _value(r, metric)) is not None]
+    return _sample(va, metric), _sample(vb, metric), 0
+
+
+def _row(metric, tc, stat, iv, j, n_a, n_b, n_pairs) -> dict[str, Any]:
+    def f(x: float) -> float | None:
+        return None if x is None or not np.isfinite(x) else round(float(x), 4)
+
+    lo, hi = f(iv.delta_lo[j]), f(iv.delta_hi[j])
+    return {
+        "metric": metric,
+        "turn_class": tc,
+        "stat": stat,
+        "unit": "ms",
+        "a": f(iv.a[j]),
+        "b": f(iv.b[j]),
+        "delta": f(iv.delta[j]),
+        "ratio": f(iv.ratio[j]),
+        "delta_ci": None if lo is None else [lo, hi],
+        "ratio_ci": None if f(iv.ratio_lo[j]) is None else [f(iv.ratio_lo[j]), f(iv.ratio_hi[j])],
+        "n_a": n_a,
+        "n_b": n_b,
+        "n_pairs": n_pairs,
+        "significant": None if lo is None else bool(lo > 0 or hi < 0),
+    }
+
+
+def _verdict(rows: list[dict[str, Any]], metric: str, tc: str, confidence: float) -> dict[str, Any]:
+    stat = HEADLINE_STAT
+    r = next(x for x in rows if (x["metric"], x["turn_class"], x["stat"]) == (metric, tc, stat))
+    what = describe(metric, tc, stat)
+    out = {"metric": metric, "turn_class": tc, "stat": stat, "significant": r["significant"]}
+    if r["significant"] is None or r["ratio_ci"] is None:
+        out["text"] = f"{what}: too few requests to compare (A {r['n_a']}, B {r['n_b']})"
+        return out
+    ratio, (lo, hi) = r["ratio"], r["ratio_ci"]
+    change = f"({_ms(r['a'])} → {_ms(r['b'])})"
+    if r["significant"] and ratio < 1:
+        out["text"] = (
+            f"B cuts {what} {fmt_factor(1 / ratio)} [{fmt_factor(1 / hi)}, {fmt_factor(1 / lo)}] {change}"
+        )
+    elif r["significant"]:
+        out["text"] = f"B raises {what} {fmt_factor(ratio)} [{fmt_factor(lo)}, {fmt_factor(hi)}] {change}"
+    else:
+        out["text"] = (
+            f"{what}: no significant difference (B/A {fmt_factor(ratio)} [{fmt_factor(lo)}, {fmt_factor(hi)}], "
+            f"{confidence:.0%} interval)"
+        )
+    return out
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f} ms" if v < 10 else f"{v:.1f} ms" if v < 1000 else f"{v / 1000:.2f} s"
+
+
+def _cdf(sample: Sample) -> list[list[float]]:
+    """[value_ms, fraction] at evenly spaced fractions: enough for an overlaid CDF plot."""
+    v = sample.pooled_values()
+    if not len(v):
+        return []
+    q = np.linspace(0, 1, _CDF_POINTS + 1)
+    return [[round(float(x), 4), round(float(p), 4)] for x, p in zip(np.quantile(v, q), q, strict=True)]
+
+
+def _arm(res: RunResults, summary: dict[str, Any]) -> dict[str, Any]:
+    keep = ("label", "url", "adapter", "kind", "identity", "labels", "cost_per_hour_usd")
+    return {
+        "dir": str(res.path),
+        "run_id": res.run_id,
+        "status": res.status,
+        "partial": res.partial,
+        "seed": res.info.get("seed"),
+        "workload": res.info.get("workload") or {},
+        "mode": summary["mode"],
+        "arrival": summary["arrival"],
+        "targets": [{k: t.get(k) for k in keep} for t in summary["targets"]],
+        "requests": summary["requests"]["measured"],
+        "notes": summary["notes"],
+    }
+
+
+def _overview(sa: dict[str, Any], sb: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run-level figures side by side (no intervals: one number a run)."""
+    items = [
+        ("requests/s", sa["throughput"]["requests_per_s"], sb["throughput"]["requests_per_s"]),
+        ("output tokens/s", sa["throughput"]["output_tokens_per_s"], sb["throughput"]["output_tokens_per_s"]),
+        ("error rate", sa["errors"]["rate"], sb["errors"]["rate"]),
+        ("SLO attainment", sa["slo"]["attainment"], sb["slo"]["attainment"]),
+        ("goodput requests/s", sa["slo"]["goodput_requests_per_s"], sb["slo"]["goodput_requests_per_s"]),
+        (
+            "output tokens/$",
+            (sa["cost"] or {}).get("output_tokens_per_usd"),
+            (sb["cost"] or {}).get("output_tokens_per_usd"),
+        ),
+        (
+            "schedule lag p99 ms",
+            sa["generator"]["schedule_lag_p99_ms"],
+            sb["generator"]["schedule_lag_p99_ms"],
+        ),
+    ]
+    out = []
+    for name, x, y in items:
+        ratio = round(y / x, 4) if x and y is not None else None
+        out.append({"name": name, "a": x, "b": y, "ratio": ratio})
+    return out
+
+
+def _warnings(a: RunResults, b: RunResults, summaries, differences: list[str]) -> list[str]:
+    out = []
+    if differences:
+        out.append(f"forced: the runs differ in {' and '.join(differences)}; intervals are unpaired")
+    for name, res, s in (("A", a, summaries[0]), ("B", b, summaries[1])):
+        if res.partial:
+            out.append(f"{name} is partial: {res.partial_reason}")
+        if s["generator_saturated"]:
+            out.append(
+                f"{name}'s generator was saturated (schedule lag p99 {s['generator']['schedule_lag_p99_ms']} ms)"
+            )
+    sa, sb = summaries
+    if sa["mode"] != sb["mode"] or sa["arrival"] != sb["arrival"]:
+        out.append("the runs' arrival processes differ: " + f"A {sa['arrival']} vs B {sb['arrival']}")
+    if (a.info.get("warmup_s"), a.info.get("duration_s")) != (
+        b.info.get("warmup_s"),
+        b.info.get("duration_s"),
+    ):
+        out.append("the runs' warm-up or duration differ")
+    ids_a = [t.get("identity") for t in sa["targets"]]
+    if ids_a == [t.get("identity") for t in sb["targets"]] and any(ids_a):
+        out.append("A and B report the same target identity: is this an A/A (noise) check?")
+    return out
+
+
+__all__ = ["COMPARE_SCHEMA_VERSION", "HEADLINES", "METRICS", "compare_runs", "describe", "find_row"]

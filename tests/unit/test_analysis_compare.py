@@ -1,0 +1,112 @@
+"""A/B comparison: pairing, verdicts, refusal of incomparable runs, formatters."""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import orjson
+import pytest
+
+from analysis.compare import compare_runs, find_row
+from analysis.compare_format import compare_cdf_svg, compare_to_json, compare_to_markdown, format_compare
+from analysis.errors import ResultsError
+from tests.fixtures.results.synth import record, write_run
+
+N_BOOT = 400
+
+
+def _records(*, follow_up_factor=1.0, itl_factor=1.0, noise_seed=0, sessions=120):
+    """Sessions with their own base latency (what pairing cancels) and a little per-run noise."""
+    base_rng = np.random.default_rng(42)  # the same sessions in every run
+    noise = np.random.default_rng(noise_seed)
+    out = []
+    for s in range(sessions):
+        base = base_rng.lognormal(5, 0.6)
+        gaps = base_rng.lognormal(3, 0.3, 10)
+        for t in range(3):
+            f = 1.0 if t == 0 else 0.6 * follow_up_factor
+            ttft = base * f * np.exp(0.05 * noise.standard_normal())
+            itl = list(gaps * itl_factor * np.exp(0.05 * noise.standard_normal(10)))
+            out.append(record(s, t, sched_ms=s * 100 + t * 3000, ttft_ms=ttft, itl_ms=itl, tokens=11))
+    return out
+
+
+def _targets(engine: str):
+    return [{"label": "t", "url": f"http://{engine}:8000", "identity": {"engine": engine, "build": "b1"}}]
+
+
+@pytest.fixture
+def run_a(tmp_path):
+    return write_run(tmp_path / "a", _records(), run_id="a", duration_s=20, targets=_targets("old"))
+
+
+def test_identical_runs_show_no_difference(tmp_path, run_a):
+    run_b = shutil.copytree(run_a, tmp_path / "b")
+    cmp = compare_runs(run_a, run_b, n_boot=N_BOOT)
+    assert cmp["paired"] and "paired by (session_id, turn_index) over 360" in cmp["pairing"]
+    assert all("no significant difference" in v["text"] for v in cmp["verdicts"]), cmp["verdicts"]
+    assert all(r["significant"] is False and r["delta"] == 0 for r in cmp["rows"])
+    assert any("same target identity" in w for w in cmp["warnings"])
+
+
+def test_a_real_cut_is_found_and_sized(tmp_path, run_a):
+    run_b = write_run(tmp_path / "b", _records(follow_up_factor=1 / 6.8, noise_seed=1), run_id="b", duration_s=20,
+                      targets=_targets("new"))  # fmt: skip
+    cmp = compare_runs(run_a, run_b, n_boot=N_BOOT)
+    verdicts = {(v["metric"], v["turn_class"]): v for v in cmp["verdicts"]}
+    follow = verdicts[("ttft", "follow-up")]
+    assert follow["text"].startswith("B cuts follow-up-turn p95 TTFT 6.8\u00d7 ["), follow["text"]
+    row = find_row(cmp, "ttft", "follow-up", "p95")
+    lo, hi = row["ratio_ci"]
+    assert lo < 1 / 6.8 < hi and hi < 1 / 6
+    assert "no significant difference" in verdicts[("ttft", "first")]["text"]
+    assert "no significant difference" in verdicts[("itl", "all")]["text"]
+    text = format_compare(cmp)
+    assert "engine=old" in text and "engine=new" in text  # both identities shown
+
+
+def test_itl_comes_from_the_records_gaps(tmp_path, run_a):
+    run_b = write_run(tmp_path / "b", _records(itl_factor=1.5, noise_seed=2), run_id="b", duration_s=20)
+    cmp = compare_runs(run_a, run_b, n_boot=N_BOOT)
+    gaps = np.concatenate(
+        [
+            np.asarray(r["itl_us"]) / 1000
+            for r in map(orjson.loads, (run_a / "requests.jsonl").read_bytes().splitlines())
+        ]
+    )
+    row = find_row(cmp, "itl", "all", "p50")
+    assert row["a"] == pytest.approx(np.percentile(gaps, 50), abs=1e-3)
+    assert row["ratio"] == pytest.approx(1.5, rel=0.03) and row["significant"]
+    assert row["ratio_ci"][0] < 1.5 < row["ratio_ci"][1]
+
+
+def test_refuses_different_seeds_unless_forced(tmp_path, run_a):
+    run_b = write_run(tmp_path / "b", _records(), run_id="b", duration_s=20, seed=2)
+    with pytest.raises(ResultsError) as e:
+        compare_runs(run_a, run_b, n_boot=N_BOOT)
+    msg = str(e.value)
+    assert "differ in seed (1 vs 2)" in msg and "force" in msg and "\n" not in msg
+    cmp = compare_runs(run_a, run_b, force=True, n_boot=N_BOOT)
+    assert not cmp["paired"] and cmp["pairing"].startswith("unpaired: forced across different seed")
+    assert cmp["forced"] and any("forced" in w for w in cmp["warnings"])
+
+
+def test_refuses_different_workloads(tmp_path, run_a):
+    run_b = write_run(
+        tmp_path / "b", _records(), run_id="b", workload={"name": "other", "fingerprint": "beef"}
+    )
+    with pytest.raises(ResultsError, match=r"workload fingerprint \(f00d vs beef\)"):
+        compare_runs(run_a, run_b)
+
+
+def test_formatters(tmp_path, run_a):
+    run_b = write_run(tmp_path / "b", _records(follow_up_factor=0.5, noise_seed=3), run_id="b", duration_s=20)
+    cmp = compare_runs(run_a, run_b, n_boot=200)
+    md = compare_to_markdown(cmp)
+    assert "| metric | turns | stat | A | B |" in md and "**B cuts follow-up-turn p95 TTFT" in md
+    assert orjson.loads(compare_to_json(cmp))["rows"][0]["metric"] == "ttft"
+    svg = ET.fromstring(compare_cdf_svg(cmp, "ttft", "follow-up"))
+    paths = [el for el in svg.iter() if el.tag.endswith("path")]
+    assert len(paths) == 2
