@@ -32,9 +32,12 @@ class SimProcess:
         self.url = url
         self.port = port
         self._stderr = stderr_file
+        self._stderr_text: str | None = None  # kept once stopped
 
     def stderr(self) -> str:
-        """What the sim wrote to stderr so far."""
+        """What the sim wrote to stderr so far (all of it once stopped)."""
+        if self._stderr_text is not None:
+            return self._stderr_text
         self._stderr.seek(0)
         return self._stderr.read().decode(errors="replace")
 
@@ -89,7 +92,9 @@ class SimProcess:
                 self._kill(self.proc)
         if self.proc.stdout:
             self.proc.stdout.close()
-        self._stderr.close()
+        if self._stderr_text is None:
+            self._stderr_text = self.stderr()
+            self._stderr.close()
         return self.proc.returncode
 
     @staticmethod

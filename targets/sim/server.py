@@ -10,6 +10,7 @@ write. The times of those writes are the ground truth (``truth.py``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import socket
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from targets.sim import faults as F
 from targets.sim.api import BadRequest, parse_request
@@ -60,6 +62,24 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not (self.time_scale >= 0 and math.isfinite(self.time_scale)):
             raise ValueError(f"time_scale must be a finite number >= 0 (got {self.time_scale})")
+
+
+class _OneLineBadRequests(logging.Filter):
+    """aiohttp logs a traceback for every request it can't parse, e.g. a router's HTTP/2
+    prior-knowledge probe (``PRI * HTTP/2.0``) before it falls back to HTTP/1.1: keep one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            first = (str(exc.message) or type(exc).__name__).strip().splitlines()[0]
+            record.msg = "loadgen-sim: refused a request that is not valid HTTP/1.1 (%s)"
+            record.args = (first,)
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_BAD_REQUEST_FILTER = _OneLineBadRequests()
 
 
 class _Stream:
@@ -124,6 +144,9 @@ class SimServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Bind and serve; returns the port (useful with ``port=0``)."""
+        server_log = logging.getLogger("aiohttp.server")
+        if _BAD_REQUEST_FILTER not in server_log.filters:
+            server_log.addFilter(_BAD_REQUEST_FILTER)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

@@ -14,8 +14,10 @@ from tests.integration.test_sim_server import USER, SimFactory, chat_body, get_j
 def sims():
     """``sims(*flags)`` starts a sim; all are stopped when the test ends."""
     factory = SimFactory()
-    yield factory
-    factory.stop_all()
+    try:
+        yield factory
+    finally:
+        factory.finish()
 
 
 N = 12  # tokens per request; mid-stream faults hit before token N // 2

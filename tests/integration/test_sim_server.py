@@ -114,17 +114,29 @@ class SimFactory:
         self.started.append(sim)
         return sim
 
-    def stop_all(self) -> None:
+    def finish(self) -> None:
+        """Stop every sim and fail if one of them printed a traceback."""
+        for err in self.stop_all():
+            assert "Traceback" not in err, err
+
+    def stop_all(self) -> list[str]:
+        """Stop every sim; returns their stderr texts."""
+        errs = []
         while self.started:
-            self.started.pop().stop()
+            sim = self.started.pop()
+            sim.stop()
+            errs.append(sim.stderr())
+        return errs
 
 
 @pytest.fixture
 def sims():
     """``sims(*flags)`` starts a sim; all are stopped (SIGTERM, then SIGKILL) when the test ends."""
     factory = SimFactory()
-    yield factory
-    factory.stop_all()
+    try:
+        yield factory
+    finally:
+        factory.finish()
 
 
 def chat_body(messages, max_tokens, stream=True, usage=True, **extra):
@@ -379,3 +391,17 @@ def test_sigterm_and_sigint_exit_cleanly(sims):
         sim.proc.send_signal(sig)
         assert sim.proc.wait(10) == 0
         assert "Traceback" not in sim.stderr()
+
+
+def test_a_request_that_is_not_http_1_1_is_refused_in_one_log_line(sims):
+    """Routers probe with HTTP/2 prior knowledge before falling back to HTTP/1.1."""
+    import socket
+
+    sim = sims("--profile", "tiny")
+    with socket.create_connection(("127.0.0.1", sim.port), timeout=5) as s:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        s.recv(1024)
+    assert run(get_json(sim.url, "/health"))[0] == 200
+    sim.stop()
+    lines = [x for x in sim.stderr().splitlines() if x.strip()]
+    assert len(lines) == 1 and "not valid HTTP/1.1" in lines[0]
