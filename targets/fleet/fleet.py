@@ -117,6 +117,19 @@ class Fleet:
             "log_dir": str(self.log_dir),
         }
 
+    def summary_line(self) -> str:
+        """One line for people: ``'sglang-router 0.3.2 (policy cache_aware, session header
+        X-SMG-Routing-Key, affinity prefix) in front of 2 sim replicas'``."""
+        n = len(self.replicas)
+        where = f"{n} {self.engine} replica{'s' if n != 1 else ''}"
+        ident = self.router_identity
+        if ident is None:
+            return f"{where}, no router"
+        return (
+            f"{ident.name} {ident.version} (policy {ident.policy}, session header {ident.session_header}, "
+            f"affinity {ident.affinity}) in front of {where}"
+        )
+
     def processes(self) -> list[OwnedProcess]:
         return ([self.router.process] if self.router else []) + [r.process for r in self.replicas]
 
@@ -335,7 +348,7 @@ def serve_fleet(*, echo=print, note=None, poll_s: float = 0.5, **fleet_args) -> 
         try:
             for url in dict.fromkeys([fleet.url, *fleet.replica_urls]):
                 echo(url)
-            note(_summary(fleet))
+            note(f"fleet ready: {fleet.summary_line()}; logs in {fleet.log_dir}; Ctrl-C stops it")
             while not stop_requested.wait(poll_s):
                 dead = next((p for p in fleet.processes() if not p.alive()), None)
                 if dead is not None:
@@ -347,16 +360,3 @@ def serve_fleet(*, echo=print, note=None, poll_s: float = 0.5, **fleet_args) -> 
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-
-
-def _summary(fleet: Fleet) -> str:
-    n = len(fleet.replicas)
-    where = f"{n} {fleet.engine} replica{'s' if n != 1 else ''}"
-    ident = fleet.router_identity
-    if ident is None:
-        return f"fleet ready: {where}, no router; logs in {fleet.log_dir}; Ctrl-C stops it"
-    return (
-        f"fleet ready: {ident.name} {ident.version} (policy {ident.policy}, session header "
-        f"{ident.session_header}, affinity {ident.affinity}) in front of {where}; logs in "
-        f"{fleet.log_dir}; Ctrl-C stops it"
-    )

@@ -71,6 +71,10 @@ def test_start_fleet_gives_urls_identity_and_cleans_up(tmp_path):
         assert [r.server_id for r in fleet.replicas] == ["replica-0", "replica-1"]
         assert [r.info["seed"] for r in fleet.replicas] == [r.seed for r in fleet.replicas]
         assert fleet.describe()["router"]["policy"] == "consistent_hash"
+        assert fleet.summary_line() == (
+            "vllm-router 0.1.17 (policy consistent_hash, session header X-Session-ID, affinity header) "
+            "in front of 2 sim replicas"
+        )
         assert http_get(f"{fleet.url}/v1/models")[0] == 200
         fleet.verify()
     assert all_gone(pids) == []
@@ -82,6 +86,7 @@ def test_one_replica_without_a_router_is_served_directly(tmp_path):
         assert fleet.router is None and fleet.router_identity is None and fleet.session_header is None
         assert fleet.url == fleet.replica_urls[0]
         assert http_get(f"{fleet.url}/health")[0] == 200
+        assert fleet.summary_line() == "1 sim replica, no router"
 
 
 @pytest.mark.parametrize(
