@@ -256,6 +256,7 @@ def _serve() -> None:  # pragma: no cover - runs in the server subprocess
 
     async def raw_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")[1]
+        served = 0
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -273,9 +274,11 @@ def _serve() -> None:  # pragma: no cover - runs in the server subprocess
                 n = int(params.get("tokens", 6))
                 delay = float(params.get("delay_ms", 40)) / 1000
                 sse, ends = sse_body(n)
-                if scenario == "raw-reset":
+                if scenario == "raw-reset" or (scenario == "raw-drop-reuse" and served > 0):
+                    # raw-drop-reuse: a kept connection dies as the next request arrives
                     writer.transport.abort()
                     return
+                served += 1
                 if scenario == "raw-close":
                     # Close-delimited body: no length, no chunking; the end of the body is EOF.
                     writer.write(
@@ -531,6 +534,16 @@ def test_reconnects_when_server_closed_between_turns(servers):
     assert first.ok and second.ok, (first.error_message, second.error_message)
     assert conn.connections_opened == 2
     assert second.reused_connection is False
+
+
+def test_request_retried_once_when_a_kept_connection_dies_on_send(servers):
+    from loadgen.client import SessionConnection
+
+    with SessionConnection(f"{servers.raw}/raw-drop-reuse") as conn:
+        first = run(servers.raw, "raw-drop-reuse", chat(2, tokens=2, delay_ms=1), conn=conn)
+        second = run(servers.raw, "raw-drop-reuse", chat(2, tokens=2, delay_ms=1), conn=conn)
+    assert first.ok and second.ok, (first.error_message, second.error_message)
+    assert conn.connections_opened == 2 and not second.reused_connection
 
 
 def test_connection_close_header_is_honoured(servers):
