@@ -16,7 +16,7 @@ import click
 
 from targets.sim.faults import FaultConfig
 from targets.sim.profile import load_profile, profile_names
-from targets.sim.server import SimConfig, SimServer, serve
+from targets.sim.server import EngineCrashed, SimConfig, SimServer, serve
 
 LISTENING_PREFIX = "loadgen-sim listening on "
 _PROBABILITY = click.FloatRange(0.0, 1.0)
@@ -109,6 +109,8 @@ def run_sim(config: SimConfig, host: str, port: int) -> None:
         asyncio.run(_main(config, host, port))
     except OSError as e:
         raise SimError(f"cannot start the sim on {host}:{port}: {e.strerror or e}") from None
+    except EngineCrashed as e:
+        raise click.ClickException(str(e)) from e
 
 
 async def _main(config: SimConfig, host: str, port: int) -> None:

@@ -168,7 +168,7 @@ class SimServer:
         self._driver = asyncio.get_running_loop().create_task(self._drive())
 
     async def _on_cleanup(self, _app: web.Application) -> None:
-        if self._driver is not None:
+        if self._driver is not None and not self._driver.done():
             self._driver.cancel()
             try:
                 await self._driver
@@ -577,13 +577,26 @@ def _json(obj: object) -> web.Response:
     return web.Response(body=orjson.dumps(obj), content_type="application/json")
 
 
+class EngineCrashed(RuntimeError):
+    """The engine task died; the server stops rather than leave every request hanging."""
+
+
 async def serve(config: SimConfig, host: str, port: int, stop: asyncio.Event, on_listening=None) -> None:
-    """Run a sim until ``stop`` is set; ``on_listening(server)`` is called once bound."""
+    """Run a sim until ``stop`` is set; ``on_listening(server)`` is called once bound.
+
+    Raises ``EngineCrashed`` (after a clean shutdown) if the engine task fails.
+    """
     server = SimServer(config)
     await server.start(host, port)
+    stopper = asyncio.ensure_future(stop.wait())
     try:
         if on_listening is not None:
             on_listening(server)
-        await stop.wait()
+        await asyncio.wait([stopper, server._driver], return_when=asyncio.FIRST_COMPLETED)
+        if server._driver.done() and not server._driver.cancelled() and server._driver.exception():
+            exc = server._driver.exception()
+            logging.getLogger("targets.sim").error("engine loop crashed", exc_info=exc)  # a sim bug: show it
+            raise EngineCrashed(f"the engine loop crashed: {type(exc).__name__}: {exc}") from exc
     finally:
+        stopper.cancel()
         await server.stop()
