@@ -23,7 +23,9 @@ DEFAULT_DURATION_S = 60.0
 
 
 def add_arguments(parser: Any) -> None:
-    g = parser.add_argument_group("loadgen", "LLM workload options (loadgen)")
+    # parser.add_argument (not a group): only Locust's own add_argument puts an option on the
+    # web UI's start form; include_in_web_ui=False keeps internal ones off it.
+    g = parser
     g.add_argument("--workload", default="agentic-coding", help="Shipped spec name or a .yaml/.jsonl file")
     g.add_argument("--seed", type=int, default=0, help="Seed: same seed, same sessions and arrival times")
     g.add_argument("--arrival", default="poisson", choices=ARRIVAL_KINDS, help="Arrival process (open loop)")

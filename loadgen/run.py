@@ -221,7 +221,10 @@ def target_for(opts: RunOptions) -> Iterator[tuple[str, dict[str, Any]]]:
     except ValueError as e:
         raise UserError(str(e)) from None
     try:
-        info: dict[str, Any] = {"kind": "router" if opts.router != "none" else "sim", "fleet": fleet.describe()}
+        info: dict[str, Any] = {"kind": "router" if opts.router != "none" else opts.engine, "fleet": fleet.describe()}
+        if not opts.target_label:
+            # A stable label (not the random port) so arms and reruns line up in comparisons.
+            opts.target_label = opts.engine if opts.router == "none" else opts.router.replace(":", "-")
         if fleet.session_header and not opts.session_header:
             opts.session_header = fleet.session_header
         if not opts.quiet:
@@ -253,7 +256,8 @@ def preflight(opts: RunOptions, url: str) -> dict[str, Any]:
 def process_args(opts: RunOptions) -> list[str]:
     """Locust flags for the process layout: local, local workers, or a distributed master."""
     argv = ["--loglevel", "WARNING", "--only-summary"]
-    argv += ["--json-file", str(Path(opts.results) / (opts.run_id or "run") / "locust-stats.json")]
+    # Locust's own request table, saved rather than printed (Locust adds the .json suffix).
+    argv += ["--json-file", str(Path(opts.results) / (opts.run_id or "run") / "locust-stats")]
     if opts.master:
         n = str(opts.expect_workers)
         argv += ["--master", "--expect-workers", n, "--master-bind-host", opts.bind, "--master-bind-port", str(opts.master_port)]

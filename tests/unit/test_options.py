@@ -13,15 +13,8 @@ from loadgen.options import add_arguments, config_from_options
 
 def _parse(*args: str) -> argparse.Namespace:
     class Parser(argparse.ArgumentParser):
-        def add_argument_group(self, *a, **k):  # Locust's groups accept include_in_web_ui
-            group = super().add_argument_group(*a, **k)
-            orig = group.add_argument
-
-            def add_argument(*aa, include_in_web_ui=True, **kk):
-                return orig(*aa, **kk)
-
-            group.add_argument = add_argument
-            return group
+        def add_argument(self, *a, include_in_web_ui=True, **k):  # as Locust's parser accepts
+            return super().add_argument(*a, **k)
 
     p = Parser()
     p.add_argument("--host", default="")
