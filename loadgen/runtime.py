@@ -432,8 +432,8 @@ class LoadgenRuntime:
         )
         if self.progress is not None:
             self.progress.finish()
-        self.verdict = decide_verdict(self.writer.dir, self.config, self.env)
-        self.writer = None
+        run_dir, self.writer = self.writer.dir, None
+        self.verdict = decide_verdict(run_dir, self.config, self.env)
 
     def _cancelled_counts(self) -> dict[str, int]:
         if self.role == "local":
