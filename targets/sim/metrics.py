@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from targets.sim.engine import Engine
 
 
 @dataclass(slots=True)
@@ -45,3 +49,24 @@ def render(values: dict[str, float], model_name: str) -> str:
         v = values[name]
         lines.append(f"{name}{label} {v if isinstance(v, float) else int(v)}")
     return "\n".join(lines) + "\n"
+
+
+def metric_values(engine: Engine, counters: ServerCounters) -> dict[str, float]:
+    """Current value of every metric, by name."""
+    st = engine.stats
+    return {
+        "sim:num_requests_running": engine.num_running,
+        "sim:num_requests_waiting": engine.num_waiting,
+        "sim:kv_cache_usage_perc": engine.cache.usage(),
+        "sim:prefix_cache_queries_total": st.prefix_cache_queries,
+        "sim:prefix_cache_hits_total": st.prefix_cache_hits,
+        "sim:prompt_tokens_total": st.prompt_tokens,
+        "sim:generation_tokens_total": st.generation_tokens,
+        "sim:requests_total": counters.requests_received,
+        "sim:request_success_total": counters.requests_succeeded,
+        "sim:requests_rejected_total": counters.requests_rejected,
+        "sim:requests_failed_total": counters.requests_failed,
+        "sim:faults_injected_total": counters.faults_injected,
+        "sim:prefix_cache_evictions_total": engine.cache.evictions,
+        "sim:engine_steps_total": st.steps,
+    }

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import socket
 import time
 import uuid
@@ -23,9 +22,10 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from targets.sim import faults as F
+from targets.sim import info
 from targets.sim.api import BadRequest, parse_request
 from targets.sim.engine import ABORTED, FINISHED, Engine, QueueFull, RequestTooLong, SimSequence
-from targets.sim.metrics import ServerCounters, render
+from targets.sim.metrics import ServerCounters, metric_values, render
 from targets.sim.profile import Profile
 from targets.sim.text import WORDS
 from targets.sim.truth import (
@@ -40,7 +40,6 @@ from targets.sim.truth import (
 )
 from targets.sim.wire import CHAT, COMPLETIONS, DONE, StreamTemplate, error_body, full_response
 
-VERSION = "0.1.0"
 REQUEST_ID_HEADER = "X-Request-ID"
 RETRY_AFTER_S = 1
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -126,17 +125,17 @@ class SimServer:
         r = app.router
         r.add_post("/v1/chat/completions", self._chat)
         r.add_post("/v1/completions", self._completions)
-        r.add_get("/v1/models", self._models)
         r.add_get("/health", self._health)
         r.add_get("/health_generate", self._health)
         r.add_get("/metrics", self._metrics)
-        r.add_get("/version", self._version)
+        r.add_get("/v1/models", self._serve_json(info.models))
+        r.add_get("/version", self._serve_json(info.version))
         for path in ("/get_model_info", "/model_info"):
-            r.add_get(path, self._model_info)
+            r.add_get(path, self._serve_json(info.model_info))
         for path in ("/get_server_info", "/server_info"):
-            r.add_get(path, self._server_info)
-        r.add_get("/get_load", self._load)
-        r.add_get("/sim/info", self._sim_info)
+            r.add_get(path, self._serve_json(info.server_info))
+        r.add_get("/get_load", self._serve_json(info.load))
+        r.add_get("/sim/info", self._serve_json(info.sim_info))
         r.add_get("/sim/requests/{request_id}", self._sim_request)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
@@ -453,114 +452,20 @@ class SimServer:
         return resp
 
     # --- information endpoints ---------------------------------------------------------------
-    async def _models(self, _request: web.Request) -> web.Response:
-        model = {
-            "id": self.model_name,
-            "object": "model",
-            "created": self.created,
-            "owned_by": "loadgen-sim",
-            "root": self.model_name,
-            "parent": None,
-            "max_model_len": self.profile.max_model_len,
-        }
-        return _json({"object": "list", "data": [model]})
+    def _serve_json(self, body_of):
+        """A GET handler answering ``body_of(self)`` as JSON."""
+
+        async def handler(_request: web.Request) -> web.Response:
+            return _json(body_of(self))
+
+        return handler
 
     async def _health(self, _request: web.Request) -> web.Response:
         return web.Response(status=200)
 
-    async def _version(self, _request: web.Request) -> web.Response:
-        return _json({"version": VERSION, "engine": "loadgen-sim"})
-
-    async def _model_info(self, _request: web.Request) -> web.Response:
-        return _json(
-            {
-                "model_path": self.model_name,
-                "tokenizer_path": self.model_name,
-                "is_generation": True,
-                "preferred_sampling_params": None,
-                "weight_version": "default",
-                "has_image_understanding": False,
-                "has_audio_understanding": False,
-                "model_type": "sim",
-                "architectures": ["LoadgenSim"],
-            }
-        )
-
-    async def _server_info(self, _request: web.Request) -> web.Response:
-        p = self.profile
-        e = self.engine
-        return _json(
-            {
-                "model_path": self.model_name,
-                "served_model_name": self.model_name,
-                "tokenizer_path": self.model_name,
-                "host": "127.0.0.1",
-                "port": self.port,
-                "tp_size": 1,
-                "dp_size": 1,
-                "page_size": p.block_size_tokens,
-                "chunked_prefill_size": p.max_num_batched_tokens,
-                "max_running_requests": p.max_num_seqs,
-                "max_total_num_tokens": p.num_blocks * p.block_size_tokens,
-                "context_length": p.max_model_len,
-                "disaggregation_mode": "null",
-                "version": VERSION,
-                "internal_states": [
-                    {"num_running_reqs": e.num_running, "num_waiting_reqs": e.num_waiting, "last_gen_throughput": 0.0}
-                ],
-                "sim": self._info(),
-            }
-        )
-
-    async def _load(self, _request: web.Request) -> web.Response:
-        e = self.engine
-        return _json(
-            {
-                "load": e.num_running + e.num_waiting,
-                "num_reqs": e.num_running,
-                "num_waiting_reqs": e.num_waiting,
-                "num_tokens": e.cache.used_blocks * self.profile.block_size_tokens,
-            }
-        )
-
     async def _metrics(self, _request: web.Request) -> web.Response:
-        e = self.engine
-        st = e.stats
-        c = self.counters
-        values = {
-            "sim:num_requests_running": e.num_running,
-            "sim:num_requests_waiting": e.num_waiting,
-            "sim:kv_cache_usage_perc": e.cache.usage(),
-            "sim:prefix_cache_queries_total": st.prefix_cache_queries,
-            "sim:prefix_cache_hits_total": st.prefix_cache_hits,
-            "sim:prompt_tokens_total": st.prompt_tokens,
-            "sim:generation_tokens_total": st.generation_tokens,
-            "sim:requests_total": c.requests_received,
-            "sim:request_success_total": c.requests_succeeded,
-            "sim:requests_rejected_total": c.requests_rejected,
-            "sim:requests_failed_total": c.requests_failed,
-            "sim:faults_injected_total": c.faults_injected,
-            "sim:prefix_cache_evictions_total": e.cache.evictions,
-            "sim:engine_steps_total": st.steps,
-        }
-        return web.Response(text=render(values, self.model_name), content_type="text/plain", charset="utf-8")
-
-    def _info(self) -> dict:
-        return {
-            "engine": "loadgen-sim",
-            "version": VERSION,
-            "profile": self.profile.name,
-            "model_name": self.model_name,
-            "seed": self.config.seed,
-            "time_scale": self.time_scale,
-            "server_id": self.server_id,
-            "pid": os.getpid(),
-            "port": self.port,
-            "faults": {k: getattr(self.config.faults, k) for k in (*F.KINDS, "stall_s")},
-        }
-
-    async def _sim_info(self, _request: web.Request) -> web.Response:
-        return _json(self._info())
+        text = render(metric_values(self.engine, self.counters), self.model_name)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def _sim_request(self, request: web.Request) -> web.Response:
         rec = self.truth.get(request.match_info["request_id"])
