@@ -10,3 +10,6 @@ from __future__ import annotations
 
 class ResultsError(ValueError):
     """A results directory (or a pair of them) that cannot be analysed as asked."""
+
+
+__all__ = ["ResultsError"]
