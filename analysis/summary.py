@@ -33,6 +33,7 @@ from analysis.records import (
 )
 from analysis.results import RunResults, load_results
 from analysis.slo import Slos, evaluate_percentile_slos, parse_slos, stat_key
+from analysis.summary_format import format_summary, summary_to_csv  # re-exported: one import for callers
 
 SUMMARY_SCHEMA_VERSION = 1
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -376,7 +377,9 @@ __all__ = [
     "PERCENTILES",
     "SUMMARY_SCHEMA_VERSION",
     "distribution",
+    "format_summary",
     "summarize",
     "summarize_results",
+    "summary_to_csv",
     "write_summary",
 ]

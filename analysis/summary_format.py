@@ -60,7 +60,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     warm = f", warm-up {w['warmup_s']:g} s excluded" if w["warmup_s"] else ""
     out.append(
         f"window {w['start_s']:g}-{w['end_s']:g} s ({w['length_s']:g} s{warm})  |  {req['measured']:,} requests measured,"
-        f" {err['total']:,} errors ({fmt_pct(err['rate'])})"
+        f" {err['total']:,} error{'' if err['total'] == 1 else 's'} ({fmt_pct(err['rate'])})"
     )
     tp = summary["throughput"]
     out.append(
@@ -157,7 +157,7 @@ def _cost_lines(summary: dict[str, Any]) -> list[str]:
             per_m = c["usd_per_1m_output_tokens"]
             out.append(
                 f"cost        {label}: ${c['cost_per_hour_usd']:,.2f}/h  |  {fmt_num(c['output_tokens_per_usd'], 0)} output tokens/$"
-                f"  |  {'-' if per_m is None else f'${per_m:,.4f}'} per 1M output tokens"
+                f"  |  {'-' if per_m is None else f'${per_m:,.2f}' if per_m >= 1 else f'${per_m:.4f}'} per 1M output tokens"
             )
     return out
 

@@ -207,7 +207,7 @@ def test_closed_loop_mode_is_shown(tmp_path):
 def test_format_and_csv(tiny):
     text = format_summary(tiny)
     assert "ttft" in text and "by turn class" in text and "attainment 40.0%" in text
-    assert "$727.2727 per 1M output tokens" in text
+    assert "$727.27 per 1M output tokens" in text
     rows = list(csv.DictReader(io.StringIO(summary_to_csv(tiny))))
     by_key = {(r["scope"], r["group"], r["metric"], r["stat"]): r for r in rows}
     assert float(by_key[("all", "", "throughput", "output_tokens_per_s")]["value"]) == 11 / 8
