@@ -3,9 +3,9 @@
 ``summarize(run_dir)`` returns the summary dict (schema: docs/results-format.md, version
 ``SUMMARY_SCHEMA_VERSION``); ``write_summary`` writes it next to the results. Definitions are
 docs/metrics.md: latency distributions come from HDR histograms merged exactly (never averaged
-percentiles); throughput and goodput count requests that finished inside the measurement window;
-errors and SLO attainment are over the measured requests (intended after warm-up, drain included),
-with errors counted as misses.
+percentiles); throughput counts requests that finished inside the measurement window; errors and
+SLO attainment are over the measured requests (intended after warm-up, drain included), with errors
+counted as misses; goodput is the rate at which requests finish times the share that meet the SLOs.
 
 Every group (all traffic, each turn class, tenant, target, model and hardware label) has the same
 shape: ``requests``, ``throughput``, ``errors``, ``metrics``, ``slo`` and ``cost``.
@@ -248,13 +248,23 @@ class _Context:
             "percentile": [],
             "percentile_ok": None,
         }
-        if self.slos.per_request:
-            meeting = sum(1 for r in measured if self.slos.request_meets(r))
-            good = [r for r in finished if self.slos.request_meets(r)]
-            out["requests_meeting"] = meeting
-            out["attainment"] = _r(meeting / len(measured), 6) if measured else None
-            out["goodput_requests_per_s"] = _rate(len(good), self.window_s)
-            out["goodput_tokens_per_s"] = _rate(sum(r.output_tokens for r in good), self.window_s)
+        if self.slos.per_request and measured:
+            # Goodput = how fast requests finish x the share of measured requests that meet the SLOs
+            # (tokens: the share of their output tokens). Counting only the good requests that
+            # finished inside the window would flatter an overloaded run: its slow requests finish
+            # after the window.
+            good = [r for r in measured if self.slos.request_meets(r)]
+            attainment = len(good) / len(measured)
+            ok_tokens = sum(r.output_tokens for r in measured if r.ok)
+            token_share = sum(r.output_tokens for r in good) / ok_tokens if ok_tokens else 0.0
+            out["requests_meeting"] = len(good)
+            out["attainment"] = _r(attainment, 6)
+            finished_rate = len(finished) / self.window_s if self.window_s > 0 else None
+            ok_token_rate = (
+                sum(r.output_tokens for r in finished if r.ok) / self.window_s if self.window_s > 0 else None
+            )
+            out["goodput_requests_per_s"] = None if finished_rate is None else _r(finished_rate * attainment)
+            out["goodput_tokens_per_s"] = None if ok_token_rate is None else _r(ok_token_rate * token_share)
         if self.slos.percentile:
             checks = evaluate_percentile_slos({"metrics": metrics}, self.slos)
             out["percentile"] = [

@@ -68,8 +68,10 @@ def test_attainment_counts_errors_as_misses_and_goodput(tiny):
     slo = tiny["slo"]
     assert slo["requests_meeting"] == 2  # r1, r2 of r1..r5
     assert slo["attainment"] == 0.4
-    assert slo["goodput_requests_per_s"] == 3 / 8  # r6, r1, r2 finished in the window
-    assert slo["goodput_tokens_per_s"] == (2 + 3 + 4) / 8
+    # finishing rate (r6, r1, r2, r3, r4 in 8 s) x attainment
+    assert slo["goodput_requests_per_s"] == pytest.approx(5 / 8 * 0.4)
+    # output tokens/s x the share of measured output tokens from requests meeting the SLOs (r1, r2 of r1, r2, r3, r5)
+    assert slo["goodput_tokens_per_s"] == pytest.approx(11 / 8 * (3 + 4) / (3 + 4 + 2 + 3), abs=1e-3)
     assert slo["percentile"] == [
         {"slo": "ttft_p99=1s", "metric": "ttft", "stat": "p99", "limit_ms": 1000.0, "observed_ms": pytest.approx(900, rel=1e-3), "ok": True}
     ]  # fmt: skip
@@ -83,7 +85,7 @@ def test_tokens_per_dollar_and_dollars_per_million(tiny):
     assert cost["usd_per_1m_output_tokens"] == pytest.approx(
         (3.6 / 3600) / (11 / 8) * 1e6, rel=1e-6
     )  # 727.27
-    assert cost["goodput_tokens_per_usd"] == pytest.approx((9 / 8) / (3.6 / 3600))
+    assert cost["goodput_tokens_per_usd"] == pytest.approx(11 / 8 * 7 / 12 / (3.6 / 3600), rel=1e-3)
     assert tiny["by_target"]["a"]["cost"] == cost
 
 
