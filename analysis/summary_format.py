@@ -5,7 +5,10 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from analysis.records import METRICS
 
@@ -46,8 +49,16 @@ def describe_mode(summary: dict[str, Any]) -> str:
     return f"{mode}, {kind}{extra}"
 
 
-def format_summary(summary: dict[str, Any]) -> str:
-    """The summary as aligned plain text for a terminal (times in ms)."""
+def load_summary(summary: dict[str, Any] | str | Path) -> dict[str, Any]:
+    """A summary dict, given one or the path of a ``summary.json`` (what ``write_summary`` returns)."""
+    if isinstance(summary, dict):
+        return summary
+    return orjson.loads(Path(summary).read_bytes())
+
+
+def format_summary(summary: dict[str, Any] | str | Path) -> str:
+    """The summary (a dict, or the path of summary.json) as aligned plain text for a terminal (ms)."""
+    summary = load_summary(summary)
     out: list[str] = []
     wl = summary.get("workload") or {}
     out.append(
@@ -162,8 +173,9 @@ def _cost_lines(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def summary_to_csv(summary: dict[str, Any]) -> str:
+def summary_to_csv(summary: dict[str, Any] | str | Path) -> str:
     """Long-format CSV: ``scope,group,metric,stat,value,unit``, one number a row."""
+    summary = load_summary(summary)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["scope", "group", "metric", "stat", "value", "unit"])
@@ -212,4 +224,4 @@ def _cell(v: Any) -> Any:
     return "" if v is None else v
 
 
-__all__ = ["describe_mode", "fmt_ms", "format_summary", "summary_to_csv"]
+__all__ = ["describe_mode", "fmt_ms", "format_summary", "load_summary", "summary_to_csv"]

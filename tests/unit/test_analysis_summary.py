@@ -223,3 +223,4 @@ def test_write_summary(tmp_path):
     assert path == tmp_path / SUMMARY_FILE
     data = orjson.loads(path.read_bytes())
     assert data["schema_version"] == 1 and data["run_id"] == "tiny"
+    assert format_summary(path) == format_summary(data)  # the path of summary.json works too
