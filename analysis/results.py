@@ -44,7 +44,8 @@ class Window:
     """The measurement window in seconds since the run's start.
 
     ``end_s`` is ``duration_s`` when run.json has it, else the last time any request finished (a
-    run bounded by a session count, or a partial run); ``end_source`` says which.
+    run bounded by a session count); a partial run that stopped before ``duration_s`` ends with its
+    last request too. ``end_source`` says which.
     """
 
     start_s: float
@@ -101,10 +102,11 @@ class RunResults:
 
     @property
     def window(self) -> Window:
-        if self.duration_s is not None:
+        last = max([self.warmup_s, *(record_end_us(r) / 1e6 for r in self.records)])
+        if self.duration_s is not None and not (self.partial and last < self.duration_s):
             return Window(self.warmup_s, self.duration_s, "duration_s")
-        ends = [record_end_us(r) for r in self.records]
-        return Window(self.warmup_s, max([self.warmup_s, *(t / 1e6 for t in ends)]), "last request")
+        # No planned end, or a partial run that stopped before it: rates over what was recorded.
+        return Window(self.warmup_s, last, "last request")
 
     def measured(self) -> list[RequestRecord]:
         """The measured requests: intended (``t_sched``) at or after the end of warm-up.

@@ -199,6 +199,15 @@ def test_partial_run_without_duration(tmp_path):
     assert "PARTIAL" in format_summary(s)
 
 
+def test_partial_run_that_stopped_early_uses_what_it_recorded(tmp_path):
+    write_run(tmp_path, tiny_records(), status="running", warmup_s=2.0, duration_s=60.0)  # crashed at ~10 s
+    s = summarize(tmp_path)
+    assert s["window"]["end_s"] == 10.3 and s["window"]["end_source"] == "last request"
+    assert s["throughput"]["requests_per_s"] == pytest.approx(
+        5 / 8.3, abs=1e-3
+    )  # r6 r1 r2 r3 r5 in [2, 10.3]
+
+
 def test_closed_loop_mode_is_shown(tmp_path):
     write_run(tmp_path, tiny_records(), mode="closed-loop", arrival={"kind": "closed-loop", "concurrency": 4})
     s = summarize(tmp_path)
