@@ -60,7 +60,7 @@ def compare_runs(
 ) -> dict[str, Any]:
     """Compare run B against baseline A (see the module docstring). Raises ``ResultsError`` when the
     runs' seed or workload fingerprint differ, unless ``force``."""
-    a, b = load_results(a_dir, histograms=False), load_results(b_dir, histograms=False)
+    a, b = load_results(a_dir), load_results(b_dir)
     differences = _differences(a, b)
     if differences and not force:
         raise ResultsError(

@@ -111,3 +111,18 @@ def test_reproducible_with_a_seed():
     a = bootstrap(Sample.scalar(x), Sample.scalar(y), PCTS, paired=False, n_boot=200, seed=3)
     b = bootstrap(Sample.scalar(x), Sample.scalar(y), PCTS, paired=False, n_boot=200, seed=3)
     assert (a.delta_lo == b.delta_lo).all()
+
+
+def test_binned_scalar_path_agrees_with_the_exact_one(monkeypatch):
+    """Above EXACT_SCALAR_MAX requests percentiles are read from bins; intervals must match."""
+    import analysis.bootstrap as bs
+
+    rng = np.random.default_rng(4)
+    a, b = rng.lognormal(5, 0.7, 3000), rng.lognormal(5.05, 0.7, 3000)
+    binned = bootstrap(Sample.scalar(a), Sample.scalar(b), PCTS, paired=False, n_boot=400, seed=1)
+    monkeypatch.setattr(bs, "EXACT_SCALAR_MAX", 10**9)
+    exact = bootstrap(Sample.scalar(a), Sample.scalar(b), PCTS, paired=False, n_boot=400, seed=1)
+    width = exact.delta_hi - exact.delta_lo
+    assert np.all(np.abs(binned.delta_lo - exact.delta_lo) < 0.05 * width), (binned.delta_lo, exact.delta_lo)
+    assert np.all(np.abs(binned.delta_hi - exact.delta_hi) < 0.05 * width), (binned.delta_hi, exact.delta_hi)
+    assert (binned.a == exact.a).all()

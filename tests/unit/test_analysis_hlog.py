@@ -126,3 +126,19 @@ def test_fast_queries_equal_hdrh(log_file):
 def test_clamp_keeps_out_of_range_values():
     h = _hist([-5, 0, 5 * 3_600_000_000])
     assert h.get_total_count() == 3
+
+
+def test_record_many_equals_record_value():
+    rng = np.random.default_rng(5)
+    values = np.clip(
+        np.concatenate([rng.lognormal(8, 3, 20000).astype(np.int64), [0, 1, 2047, 2048, 3_600_000_000]]),
+        0,
+        3_600_000_000,
+    )
+    one_by_one, bulk = hlog.new_histogram(), hlog.new_histogram()
+    for v in values.tolist():
+        one_by_one.record_value(v)
+    hdr.record_many(bulk, values)
+    assert bulk.encode() == one_by_one.encode()
+    assert (bulk.get_total_count(), bulk.get_min_value(), bulk.get_max_value()) == (
+        one_by_one.get_total_count(), one_by_one.get_min_value(), one_by_one.get_max_value())  # fmt: skip

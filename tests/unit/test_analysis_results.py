@@ -123,3 +123,28 @@ def test_rebuilt_histograms_equal_the_hlog(run_dir):
     assert set(from_hlog) == set(rebuilt)
     for tag, h in rebuilt.items():
         assert h.encode() == from_hlog[tag].encode(), tag
+
+
+def test_bulk_rebuild_follows_metric_values_exactly():
+    """histograms_from_records spells the recording rule out in bulk; it must equal metric_values."""
+    from dataclasses import replace
+
+    from analysis import hlog
+    from analysis.records import histogram_tag, metric_values
+
+    recs = tiny_records()
+    recs.append(replace(recs[2], request_id="multi", chunk_tokens=[2, 1, 1], output_tokens=4))
+    recs.append(replace(recs[3], request_id="cut", status="error", error_category="stream_cut"))
+    recs.append(
+        replace(recs[1], request_id="huge", t_end_us=recs[1].t_send_us + 5 * 3_600_000_000)
+    )  # clamped
+    recs.append(replace(recs[1], request_id="empty", t_first_us=None, t_last_us=None, itl_us=[], chunks=0))
+    expected: dict[str, object] = {}
+    for r in recs:
+        for metric, v in metric_values(r):
+            tag = histogram_tag(metric, r.turn_class, r.tenant, r.target)
+            expected.setdefault(tag, hlog.new_histogram()).record_value(hlog.clamp_us(v))
+    rebuilt = histograms_from_records(recs)
+    assert set(rebuilt) == set(expected)
+    for tag, h in expected.items():
+        assert rebuilt[tag].encode() == h.encode(), tag
