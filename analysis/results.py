@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,9 @@ class Window:
     """The measurement window in seconds since the run's start.
 
     ``end_s`` is ``duration_s`` when run.json has it, else the last time any request finished (a
-    run bounded by a session count); a partial run that stopped before ``duration_s`` ends with its
-    last request too. ``end_source`` says which.
+    run bounded by a session count). A run that stopped before ``duration_s`` (a partial run, or a
+    complete one whose ``ended_at`` is earlier: every session done) also ends with its last request.
+    ``end_source`` says which.
     """
 
     start_s: float
@@ -104,10 +106,22 @@ class RunResults:
     @property
     def window(self) -> Window:
         last = max([self.warmup_s, *(record_end_us(r) / 1e6 for r in self.records)])
-        if self.duration_s is not None and not (self.partial and last < self.duration_s):
-            return Window(self.warmup_s, self.duration_s, "duration_s")
-        # No planned end, or a partial run that stopped before it: rates over what was recorded.
-        return Window(self.warmup_s, last, "last request")
+        if self.duration_s is None or self._stopped_before(self.duration_s, last):
+            # No planned end, or a run that stopped before it (crash, or every session done):
+            # rates over what was recorded.
+            return Window(self.warmup_s, last, "last request")
+        return Window(self.warmup_s, self.duration_s, "duration_s")
+
+    def _stopped_before(self, duration_s: float, last_s: float) -> bool:
+        if self.partial:
+            return last_s < duration_s
+        try:
+            ended = datetime.fromisoformat(str(self.info["ended_at"])).timestamp() - float(
+                self.info["t0_unix_s"]
+            )
+        except (KeyError, TypeError, ValueError):
+            return False
+        return ended < duration_s
 
     def measured(self) -> list[RequestRecord]:
         """The measured requests: intended (``t_sched``) at or after the end of warm-up.

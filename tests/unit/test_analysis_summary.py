@@ -208,6 +208,18 @@ def test_partial_run_that_stopped_early_uses_what_it_recorded(tmp_path):
     )  # r6 r1 r2 r3 r5 in [2, 10.3]
 
 
+def test_complete_run_that_ended_early_uses_its_last_request(tmp_path):
+    """Every session finished at about 10.5 s of a planned 60 s: rates are over [2 s, 10.3 s]."""
+    write_run(
+        tmp_path, tiny_records(), warmup_s=2.0, duration_s=60.0, ended_at="2023-11-14T22:13:30.500+00:00"
+    )
+    assert summarize(tmp_path)["window"]["end_s"] == 10.3
+    write_run(
+        tmp_path, tiny_records(), warmup_s=2.0, duration_s=10.0, ended_at="2023-11-14T22:13:35.000+00:00"
+    )
+    assert summarize(tmp_path)["window"]["end_s"] == 10.0  # ran its course, drain after
+
+
 def test_closed_loop_mode_is_shown(tmp_path):
     write_run(tmp_path, tiny_records(), mode="closed-loop", arrival={"kind": "closed-loop", "concurrency": 4})
     s = summarize(tmp_path)
