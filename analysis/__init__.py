@@ -3,7 +3,9 @@
 ``analysis`` reads a results directory (``run.json``, ``requests.jsonl``, ``metrics.hlog``; see
 docs/results-format.md) and imports nothing of ours but itself. The names below are its public API;
 they load on first use, so ``import analysis.records`` (which the runtime does on every worker)
-stays cheap. ``analysis.hlog`` is the one writer and reader of ``metrics.hlog``.
+stays cheap. ``analysis.hlog`` is the one writer and reader of ``metrics.hlog``. The gate is
+``from analysis.gate import gate``: a package attribute named like a submodule would be replaced by
+the module as soon as ``analysis.gate`` is imported.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ _EXPORTS = {
     "format_compare": "compare_format",
     "format_summary": "summary_format",
     "format_sweep": "sweep",
-    "gate": "gate",
     "grid": "sweep",
     "histograms_from_records": "results",
     "load_results": "results",

@@ -22,6 +22,12 @@ def test_exported_names_are_public_in_their_modules():
     for name, module in analysis._EXPORTS.items():
         mod = __import__(f"analysis.{module}", fromlist=["__all__"])
         assert name in mod.__all__, f"{name} not in analysis.{module}.__all__"
+    for path in ROOT.glob("*.py"):  # every submodule imported: no export may be shadowed by one
+        __import__(f"analysis.{path.stem}")
+    for name, module in analysis._EXPORTS.items():
+        assert getattr(analysis, name) is getattr(__import__(f"analysis.{module}", fromlist=[name]), name), (
+            name
+        )
 
 
 def test_analysis_imports_nothing_of_ours_but_itself():
