@@ -13,7 +13,7 @@ worker's plan. Metric definitions are DESIGN §4 / docs/metrics.md.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -103,7 +103,8 @@ class RequestRecord:
         return (self.t_last_us - self.t_first_us) / (self.output_tokens - 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not dataclasses.asdict: it deep-copies recursively and is ~10x slower on the hot path.
+        return {name: getattr(self, name) for name in _FIELD_ORDER}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
@@ -111,7 +112,8 @@ class RequestRecord:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-_FIELD_NAMES = frozenset(f.name for f in fields(RequestRecord))
+_FIELD_ORDER = tuple(f.name for f in fields(RequestRecord))
+_FIELD_NAMES = frozenset(_FIELD_ORDER)
 
 
 def histogram_tag(metric: str, turn_class: str, tenant: str, target: str) -> str:

@@ -8,10 +8,15 @@ greenlets per worker process (started by the plan), because arrivals must never 
 from __future__ import annotations
 
 import gevent
+import locust.runners
 from locust import User, events, task
 
 from loadgen.options import add_arguments
 from loadgen.runtime import install
+
+# Workers ship histogram deltas and records with every report; once a second keeps
+# requests.jsonl within a second of the truth (Locust's default is every 3 s).
+locust.runners.WORKER_REPORT_INTERVAL = 1.0
 
 
 @events.init_command_line_parser.add_listener

@@ -64,13 +64,17 @@ class Recorder:
         self._records.append(rec)
 
     def take_delta(self) -> Delta:
-        """Encode and clear everything recorded since the last call."""
-        encoded = {tag: h.encode() for tag, h in self._delta.items() if h.get_total_count()}
+        """Encode and clear everything recorded since the last call (for the wire)."""
+        hists, records = self.take()
+        return Delta(histograms={tag: h.encode() for tag, h in hists.items()}, records=[r.to_dict() for r in records])
+
+    def take(self) -> tuple[dict[str, HdrHistogram], list[RequestRecord]]:
+        """Hand over and clear everything recorded since the last call (same process, no encoding)."""
+        hists = {tag: h for tag, h in self._delta.items() if h.get_total_count()}
         # New histograms rather than reset(): reset walks the whole counts array (~0.8 ms each).
         self._delta = {}
-        records = [r.to_dict() for r in self._records]
-        self._records = []
-        return Delta(histograms=encoded, records=records)
+        records, self._records = self._records, []
+        return hists, records
 
     def reset(self) -> None:
         self._delta = {}
@@ -93,13 +97,26 @@ class MetricsAggregate:
         self._last_by_metric: dict[str, HdrHistogram] = {}
 
     def merge(self, delta: Delta) -> list[RequestRecord]:
+        """Merge a worker's encoded delta (decode_and_add: exact)."""
         for tag, payload in delta.histograms.items():
             for table in (self.cumulative, self.interval):
                 h = table.get(tag)
                 if h is None:
                     h = table[tag] = new_histogram()
                 h.decode_and_add(payload)
-        records = [RequestRecord.from_dict(d) for d in delta.records]
+        return self._count([RequestRecord.from_dict(d) for d in delta.records])
+
+    def merge_local(self, hists: dict[str, HdrHistogram], records: list[RequestRecord]) -> list[RequestRecord]:
+        """Merge a same-process recorder's histograms (add: exact, and no encode/decode)."""
+        for tag, src in hists.items():
+            for table in (self.cumulative, self.interval):
+                h = table.get(tag)
+                if h is None:
+                    h = table[tag] = new_histogram()
+                h.add(src)
+        return self._count(records)
+
+    def _count(self, records: list[RequestRecord]) -> list[RequestRecord]:
         for r in records:
             self.requests += 1
             if not r.ok and r.error_category:

@@ -17,12 +17,13 @@ def report_run(
     slo: str | None = None,
     cost_per_hour: float | None = None,
 ) -> dict:
-    from analysis.errors import ResultsError
+    import orjson
+
     from analysis.summary import format_summary, summary_to_csv, write_summary
 
     try:
-        summary = write_summary(run_dir, slos=slo, cost_per_hour_usd=cost_per_hour)
-    except (ResultsError, ValueError) as e:
+        summary = orjson.loads(write_summary(run_dir, slos=slo, cost_per_hour_usd=cost_per_hour).read_bytes())
+    except ValueError as e:  # ResultsError (a bad or missing file) and bad SLOs are ValueErrors
         raise UserError(str(e)) from None
     click.echo(format_summary(summary))
     if csv_path:

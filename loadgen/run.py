@@ -253,6 +253,14 @@ def preflight(opts: RunOptions, url: str) -> dict[str, Any]:
     return identity
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def process_args(opts: RunOptions) -> list[str]:
     """Locust flags for the process layout: local, local workers, or a distributed master."""
     argv = ["--loglevel", "WARNING", "--only-summary"]
@@ -262,11 +270,14 @@ def process_args(opts: RunOptions) -> list[str]:
         n = str(opts.expect_workers)
         argv += ["--master", "--expect-workers", n, "--master-bind-host", opts.bind, "--master-bind-port", str(opts.master_port)]
         users = n
-    elif opts.workers > 1:
-        argv += ["--processes", str(opts.workers)]
-        users = str(opts.workers)
     else:
-        users = "1"
+        # Always a master and worker process(es), even for one worker: merging, writing results
+        # and the progress line then never stall the event loop that timestamps tokens.
+        # A free loopback port, not Locust's 5557: two runs on one machine must not collide.
+        port = str(_free_port())
+        argv += ["--processes", str(opts.workers), "--master-bind-host", "127.0.0.1", "--master-bind-port", port]
+        argv += ["--master-host", "127.0.0.1", "--master-port", port]
+        users = str(opts.workers)
     argv += ["-u", users, "-r", users]
     if opts.web or (opts.master and not opts.headless):
         host = opts.bind if opts.master else opts.web_host

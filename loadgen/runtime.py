@@ -288,7 +288,8 @@ class LoadgenRuntime:
         if self.writer is None:
             return
         if self.role == "local":
-            self._merge(self.recorder.take_delta())
+            records = self.aggregate.merge_local(*self.recorder.take())
+            self.writer.append_records(records)
         now = time.time()
         self.writer.write_intervals(self.aggregate.take_interval(), self._interval_start, now)
         self._interval_start = now

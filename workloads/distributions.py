@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.random
 
 from analysis.units import DURATION_FORM, parse_duration_s
 from workloads.errors import WorkloadError
