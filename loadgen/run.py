@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from loadgen import server_metrics
 from loadgen.errors import UserError
 from loadgen.options import new_run_id
 
@@ -312,13 +313,17 @@ def run(opts: RunOptions) -> int:
         with tempfile.NamedTemporaryFile("wb", suffix=".json", prefix="loadgen-target-", delete=False) as f:
             f.write(orjson.dumps(info))
             info_path = f.name
+        metrics_urls = server_metrics.endpoints(url, info)
+        before = server_metrics.snapshot(metrics_urls)
         try:
             argv = locust_args(opts, url, info_path) + process_args(opts)
             argv += opts.extra_locust_args
             code = run_locust(argv)
         finally:
             os.unlink(info_path)
-    run_dir = Path(opts.results) / opts.run_id
+        run_dir = Path(opts.results) / opts.run_id
+        if run_dir.is_dir():
+            server_metrics.write(run_dir, metrics_urls, before, server_metrics.snapshot(metrics_urls))
     if opts.html and (run_dir / "run.json").exists():
         from analysis.report import write_report
 
