@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint bench clean llama-server
+.PHONY: setup demo test test-fast lint bench clean llama-server browser
 
 setup: $(STAMP)
 
@@ -24,8 +24,12 @@ demo: setup
 llama-server:
 	@bash scripts/llama-server.sh ensure >/dev/null
 
-test: setup llama-server
-	LOADGEN_REQUIRE_LLAMA=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+# Debian's headless chromium for the web UI and HTML report tests (installed once).
+browser:
+	@bash scripts/ensure-chromium.sh
+
+test: setup llama-server browser
+	LOADGEN_REQUIRE_LLAMA=1 LOADGEN_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)

@@ -23,3 +23,33 @@ def artifacts_dir() -> Path:
     d = Path(os.environ.get("LOADGEN_TEST_ARTIFACTS", REPO / "test-artifacts"))
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+)
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> list[str]:
+    """The command prefix for Debian's headless Chromium (installed by scripts/ensure-chromium.sh).
+
+    Skips when it is missing, unless LOADGEN_REQUIRE_BROWSER is set (as `make test` does), in
+    which case the test fails: CI must never skip the browser checks silently.
+    """
+    import shutil
+
+    exe = shutil.which("chromium")
+    if exe is None:
+        if os.environ.get("LOADGEN_REQUIRE_BROWSER"):
+            pytest.fail("chromium is not installed; run scripts/ensure-chromium.sh")
+        pytest.skip("chromium is not installed (scripts/ensure-chromium.sh installs it)")
+    return [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"]
