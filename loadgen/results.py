@@ -85,6 +85,10 @@ class ResultsWriter:
                 histograms[tag], tag=tag, start_s=start_unix_s - self.t0_unix_s, length_s=end_unix_s - start_unix_s
             )
 
+    def flush_records(self) -> None:
+        if not self._closed:
+            self._requests.flush()
+
     def flush(self) -> None:
         if self._closed:
             return

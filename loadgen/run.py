@@ -175,13 +175,9 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
 
 def _die_with_parent() -> None:
     # Children die with us even on kill -9: no orphan keeps a port or keeps sending load.
-    try:
-        import ctypes
+    from targets.fleet.procs import die_with_parent
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    die_with_parent(signal.SIGTERM)
 
 
 def run_locust(argv: list[str]) -> int:

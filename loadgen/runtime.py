@@ -297,8 +297,9 @@ class LoadgenRuntime:
 
     def _merge(self, delta: Delta) -> None:
         records = self.aggregate.merge(delta)
-        if self.writer is not None:
+        if self.writer is not None and records:
             self.writer.append_records(records)
+            self.writer.flush_records()  # on disk now: a kill of the master loses nothing received
 
     def _in_flight_summary(self) -> tuple[int, int, int]:
         """(sessions started, sessions in flight, requests in flight) over all workers."""

@@ -60,6 +60,19 @@ def log_tail(path: Path, lines: int = 4, max_line_chars: int = 240) -> str:
     return " | ".join(kept[-lines:]) if kept else "(empty log)"
 
 
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent exits (Linux).
+
+    For processes we do not exec ourselves (a forked Locust worker) or that should stop
+    gracefully (SIGTERM). Returns False where the system has no ``prctl``.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def _set_parent_death_signal(parent_pid: int) -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)
 
