@@ -78,6 +78,8 @@ class LoadgenRuntime:
         self._greenlets: list[gevent.Greenlet] = []
         self._interval_start = 0.0
         self._stopping_requested = False
+        self._abort_reason = None
+        self._planned_end = False
         self.verdict: Verdict | None = None
         self.progress: ProgressLine | None = None
         self.last_run_dir: Path | None = None
@@ -250,11 +252,13 @@ class LoadgenRuntime:
         driver.done.wait()
         if driver is self.driver and not driver.stopping:
             log.info("all sessions finished")
+            self._planned_end = True
             self._request_stop()
 
     def _stop_after(self, duration_s: float) -> None:
         gevent.sleep(max(0.0, self.t0_unix_s + duration_s - time.time()))
         log.info("duration reached, stopping arrivals")
+        self._planned_end = True
         self._request_stop()
 
     def _request_stop(self) -> None:
@@ -333,6 +337,7 @@ class LoadgenRuntime:
         alive = self._expected_finals()
         if alive and alive <= self.done_workers and not self._stopping_requested:
             log.info("all workers finished their sessions")
+            self._planned_end = True
             self._request_stop()
 
     def _expected_finals(self) -> set[str]:
@@ -424,13 +429,20 @@ class LoadgenRuntime:
         self._greenlets = []
         self._collect()
         cancelled = self._cancelled_counts()
-        status = RUN_ABORTED if getattr(self, "_abort_reason", None) else RUN_COMPLETE
+        if not self._planned_end and not self._abort_reason:
+            # Stopped by a signal, the UI's stop button or Locust's --run-time before the run's
+            # own end (its duration, or every session done): the figures cover only part of it.
+            self._abort_reason = (
+                f"stopped after {time.time() - self.t0_unix_s:.1f} s, before its planned end "
+                "(interrupted, stop button, or Locust's --run-time)"
+            )
+        status = RUN_ABORTED if self._abort_reason else RUN_COMPLETE
         self.writer.finish(
             status,
             requests_recorded=self.writer.records_written,
             cancelled_at_stop=cancelled,
             lost_workers=list(self.lost.values()),
-            abort_reason=getattr(self, "_abort_reason", None),
+            abort_reason=self._abort_reason,
         )
         if self.progress is not None:
             self.progress.finish()
@@ -466,7 +478,8 @@ class LoadgenRuntime:
         self.done_workers = set()
         self.lost = {}
         self._stopping_requested = False
-        self._abort_reason = None
+        self._abort_reason: str | None = None
+        self._planned_end = False
         self.verdict = None
 
     # ================================================================ worker

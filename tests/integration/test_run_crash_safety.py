@@ -100,7 +100,8 @@ def test_kill_9_keeps_every_request_finished_a_second_before(tmp_path) -> None:
     assert not missing, f"{len(missing)} requests finished > 1 s before the kill are missing"
 
     info = orjson.loads((run_dir / "run.json").read_bytes())
-    assert info["status"] == "running"  # never reached its end: the report must call it partial
+    # Locust got SIGTERM as its parent died and closed the run; it never reached its planned end.
+    assert info["status"] in ("running", "aborted"), info["status"]
     r = loadgen("report", str(run_dir))
     assert r.returncode == 0, r.stderr
     assert "partial" in r.stdout.lower()
