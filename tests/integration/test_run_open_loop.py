@@ -1,0 +1,47 @@
+"""Open loop holds: arrivals keep the asked rate however slow the server is."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from .runs import loadgen, percentile, records, run_dir, sim
+
+pytestmark = pytest.mark.slow
+
+RATE_PER_S = 5.0
+DURATION_S = 60.0
+
+
+def test_session_arrival_rate_holds_when_sessions_outlast_the_gaps_by_far(tmp_path) -> None:
+    results = tmp_path / "results"
+    # The H200 profile 40x slower: a 16-token reply takes ~1.5 s, a session of 2-3 turns ~3-5 s,
+    # i.e. 15-25x the 0.2 s between arrivals. A closed-loop generator would fall behind here.
+    with sim(tmp_path, "--profile", "h200-llama3-8b-fp8", "--time-scale", "40", "--seed", "4") as (proc, _):
+        r = loadgen(
+            "run", "--target", proc.url, "--workload", "tiny", "--arrival", "constant",
+            "--rate", str(RATE_PER_S), "--duration", f"{DURATION_S:g}s", "--seed", "4",
+            "--results", str(results), "--stop-timeout", "30s",
+            timeout_s=DURATION_S + 120,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+    d = run_dir(results)
+    recs = records(d)
+    first_sends_s = sorted(rec.t_send_us / 1e6 for rec in recs if rec.turn_index == 0)
+    achieved = sum(1 for t in first_sends_s if t < DURATION_S) / DURATION_S
+    assert abs(achieved - RATE_PER_S) / RATE_PER_S <= 0.05, achieved
+
+    # The server really was slow: many sessions overlapped at once.
+    spans = {}
+    for rec in recs:
+        a, b = spans.get(rec.session_id, (rec.t_send_us, rec.t_end_us))
+        spans[rec.session_id] = (min(a, rec.t_send_us), max(b, rec.t_end_us or rec.t_send_us))
+    mean_session_s = sum(b - a for a, b in spans.values()) / len(spans) / 1e6
+    assert mean_session_s > 10 / RATE_PER_S, mean_session_s  # sessions last > 10 arrival gaps
+
+    lags_ms = [(rec.t_send_us - rec.t_sched_us) / 1000 for rec in recs if rec.turn_index == 0]
+    assert percentile(lags_ms, 99) < 10.0
+
+    summary = orjson.loads((d / "summary.json").read_bytes())
+    assert summary["mode"] == "open-loop"
+    assert not summary["generator"]["saturated"]
