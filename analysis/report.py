@@ -1,9 +1,10 @@
 """Self-contained HTML reports (inline CSS and SVG, no script, no network).
 
 * ``render_report(run_dir)``: one run. Headline table, SLOs, throughput/goodput/cost, TTFT and ITL
-  CDFs, TTFT by turn index, throughput and in-flight sessions over time, latency and schedule lag
-  over time, errors by category, breakdowns, target identities and the run's configuration. A
-  partial run says so at the top.
+  CDFs, TTFT by turn index, TTFT split into server prefill and network + queue (from server
+  timings), throughput and in-flight sessions over time, latency and schedule lag over time, errors
+  by category, breakdowns, target identities and the run's configuration. A partial run says so at
+  the top.
 * ``render_compare_report(cmp)``: an A/B comparison from ``compare.compare_runs``.
 * ``render_sweep_report(result)``: a ``sweep.SweepResult``.
 
@@ -31,7 +32,7 @@ from analysis.svg import Mark, Series, bar_chart, line_chart
 from analysis.sweep import SweepResult, key_figures
 
 RUN_SECTIONS = (
-    "headline", "slo", "throughput", "ttft-cdf", "itl-cdf", "ttft-by-turn", "over-time", "in-flight",
+    "headline", "slo", "throughput", "ttft-cdf", "itl-cdf", "ttft-by-turn", "ttft-split", "over-time", "in-flight",
     "latency-over-time", "schedule-lag", "errors", "breakdown", "targets", "config",
 )  # fmt: skip
 _STATS = ("p50", "p90", "p95", "p99", "p99.9", "mean", "max")
@@ -93,6 +94,7 @@ def _run_body(res: RunResults, s: dict[str, Any]) -> list[str]:
     turn_series = [Series(k, by_turn.t_s, by_turn.values[k], markers=True) for k in ("p50", "p90", "p99")]
     out.append(section("ttft-by-turn", "TTFT by turn index", charts(
         line_chart(turn_series, title="TTFT by turn index (measured requests)", x_label="turn index", y_label="ms"))))  # fmt: skip
+    out.append(section("ttft-split", "TTFT split: prefill vs network and queue", _ttft_split_block(s)))
     out.append(section("over-time", "Throughput over time", charts(
         line_chart([Series("output tokens/s", tp.t_s, tp.values["output tokens/s"])], title="Output tokens/s",
                    y_label="tokens/s", y_min=0, **over),
@@ -219,6 +221,35 @@ def _cdf_chart(hists: dict[str, Any], metric: str) -> str:
         series.append(Series(name, list(x / 1000.0), list(y), step=True, dashed=tc == "follow-up"))
     return line_chart(series, title=f"{METRIC_NAMES.get(metric, metric)} CDF", x_label="ms",
                       y_label="fraction", x_log=None, y_min=0, y_max=1)  # fmt: skip
+
+
+def _ttft_split_block(s: dict[str, Any]) -> str:
+    split = s.get("ttft_split")
+    if not split:
+        return (
+            '<p class="muted">No server timings: the split needs an engine that reports its prompt time per '
+            "request (llama-server's <code>timings.prompt_ms</code>).</p>"
+        )
+    rows = []
+    for name, g in [("all turns", split), *(split.get("by_turn_class") or {}).items()]:
+        pre, rest, ttft = g["prefill_ms"], g["client_minus_prefill_ms"], g["ttft_ms"]
+        rows.append([name, f"{g['requests']:,}", fmt_ms(ttft["p50"]), fmt_ms(ttft["p99"]), fmt_ms(pre["p50"]),
+                     fmt_ms(pre["p99"]), fmt_ms(rest["p50"]), fmt_ms(rest["p99"]), fmt_pct(g["prefill_share"]),
+                     fmt_pct(g["cached_share"])])  # fmt: skip
+    head = ["", "requests", "ttft p50", "ttft p99", "prefill p50", "prefill p99", "ttft - prefill p50",
+            "ttft - prefill p99", "prefill share of ttft", "cached prompt tokens"]  # fmt: skip
+    note = (
+        f'<p class="muted">{split["requests"]:,} of {split["requests_with_ttft"]:,} successful requests carry '
+        "server timings. Prefill is the engine's own <code>timings.prompt_ms</code>; TTFT - prefill is "
+        "network, HTTP, router and the wait for a free slot (queue). Cached prompt tokens: "
+        "<code>cache_n</code> / (<code>cache_n</code> + <code>prompt_n</code>).</p>"
+    )
+    if split["ttft_below_prefill"]:
+        note += (
+            f'<div class="banner warn">{split["ttft_below_prefill"]:,} request(s) had a TTFT below their '
+            "server prefill time (counted as 0 ms of network and queue).</div>"
+        )
+    return table(head, rows) + note
 
 
 def _errors_block(s: dict[str, Any]) -> str:

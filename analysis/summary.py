@@ -34,6 +34,7 @@ from analysis.records import (
 from analysis.results import RunResults, load_results
 from analysis.slo import Slos, evaluate_percentile_slos, parse_slos, stat_key
 from analysis.summary_format import format_summary, summary_to_csv  # re-exported: one import for callers
+from analysis.ttft_split import ttft_split
 
 SUMMARY_SCHEMA_VERSION = 1
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -143,6 +144,7 @@ def summarize_results(
         tc: ctx.label_group("turn_class", tc)
         for tc in _labels({r.turn_class for r in res.records}, ctx.hists, 1, TURN_CLASSES)
     }
+    out["ttft_split"] = ttft_split(ctx.measured, percentiles=percentiles)
     tenants = _labels({r.tenant for r in res.records}, ctx.hists, 2)
     out["by_tenant"] = {tn: ctx.label_group("tenant", tn) for tn in tenants}
     out["by_target"] = {t["label"]: ctx.target_group([t]) for t in targets}

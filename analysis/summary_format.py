@@ -85,6 +85,9 @@ def format_summary(summary: dict[str, Any] | str | Path) -> str:
         if groups:
             out.append("")
             out.extend(_group_table(title, groups))
+    if summary.get("ttft_split"):
+        out.append("")
+        out.extend(_ttft_split_lines(summary["ttft_split"]))
     out.append("")
     out.extend(_slo_lines(summary))
     out.extend(_cost_lines(summary))
@@ -145,6 +148,37 @@ def _group_table(title: str, groups: dict[str, Any]) -> list[str]:
     return _table(header, rows)
 
 
+def _ttft_split_lines(split: dict[str, Any]) -> list[str]:
+    """TTFT = (TTFT - prefill) + prefill per turn class, over the requests with server timings."""
+    header = [
+        "ttft split",
+        "reqs",
+        "ttft p50",
+        "prefill p50",
+        "prefill p99",
+        "rest p50",
+        "rest p99",
+        "prefill",
+        "cached",
+    ]
+    rows = []
+    for name, g in [("all", split), *(split.get("by_turn_class") or {}).items()]:
+        pre, rest = g["prefill_ms"], g["client_minus_prefill_ms"]
+        rows.append([
+            name, f"{g['requests']:,}", fmt_ms(g["ttft_ms"]["p50"]), fmt_ms(pre["p50"]), fmt_ms(pre["p99"]),
+            fmt_ms(rest["p50"]), fmt_ms(rest["p99"]), fmt_pct(g["prefill_share"]), fmt_pct(g["cached_share"]),
+        ])  # fmt: skip
+    out = _table(header, rows)
+    out.append(
+        f"  {split['requests']:,} of {split['requests_with_ttft']:,} requests with server timings: prefill = "
+        "timings.prompt_ms, rest = TTFT - prefill (network, HTTP, queue)"
+    )
+    out.append("  prefill: its share of TTFT; cached: share of prompt tokens from the server's prefix cache")
+    if split["ttft_below_prefill"]:
+        out.append(f"  {split['ttft_below_prefill']:,} request(s) had a TTFT below their server prefill time")
+    return out
+
+
 def _slo_lines(summary: dict[str, Any]) -> list[str]:
     slo = summary["slo"]
     out = []
@@ -183,7 +217,29 @@ def summary_to_csv(summary: dict[str, Any] | str | Path) -> str:
     for key, _ in GROUPS:
         for name, g in (summary.get(key) or {}).items():
             w.writerows(_group_rows(key.removeprefix("by_"), name, g))
+    split = summary.get("ttft_split")
+    if split:
+        for name, g in [("", split), *(split.get("by_turn_class") or {}).items()]:
+            w.writerows(_ttft_split_rows(name, g))
     return buf.getvalue()
+
+
+def _ttft_split_rows(group: str, g: dict[str, Any]) -> Iterator[list[Any]]:
+    for m in ("ttft_ms", "prefill_ms", "client_minus_prefill_ms"):
+        d = g[m]
+        for stat in ("count", "min", "mean", "max", *(k for k in d if k.startswith("p"))):
+            yield [
+                "ttft_split",
+                group,
+                m.removesuffix("_ms"),
+                stat,
+                _cell(d.get(stat)),
+                "count" if stat == "count" else "ms",
+            ]
+    for k in ("prefill_share", "cached_share"):
+        yield ["ttft_split", group, k, "value", _cell(g[k]), "fraction"]
+    for k in ("prompt_tokens_evaluated", "prompt_tokens_cached"):
+        yield ["ttft_split", group, k, "total", _cell(g[k]), "tokens"]
 
 
 def _group_rows(scope: str, group: str, g: dict[str, Any]) -> Iterator[list[Any]]:
