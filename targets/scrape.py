@@ -18,8 +18,11 @@ vLLM            ``vllm:prefix_cache_hits_total`` /          ``vllm:request_queue
 SGLang          ``sglang:cached_tokens_total`` /            ``sglang:queue_time_seconds``    ``sglang:num_queue_reqs``
                 ``sglang:prompt_tokens_total``, else the
                 ``sglang:cache_hit_rate`` gauge
-llama-server    not exported (use each request's            not exported                     ``llamacpp:requests_
-                ``timings.cache_n``)                                                         deferred``
+llama-server    ``llamacpp:prompt_tokens_cached_total`` /   not exported                     ``llamacpp:requests_
+                (that + ``llamacpp:prompt_tokens_total``,                                    deferred``
+                which excludes cached tokens); older
+                builds lack it: use each request's
+                ``timings.cache_n``
 sim             ``sim:prefix_cache_hits_total`` /           ``sim:queue_time_seconds``       ``sim:num_requests_
                 ``sim:prefix_cache_queries_total``, else                                     waiting``
                 the ``sim:prefix_cache_hit_rate`` gauge
@@ -368,6 +371,11 @@ def prefix_cache_hit_rate(metrics: Metrics) -> float | None:
         r = _ratio(metrics, num, den)
         if r is not None:
             return r
+    # llama-server counts evaluated and cached prompt tokens apart: queried = the two together.
+    cached = metrics.value("llamacpp:prompt_tokens_cached_total")
+    evaluated = metrics.value("llamacpp:prompt_tokens_total")
+    if cached is not None and evaluated is not None and cached + evaluated > 0:
+        return cached / (cached + evaluated)
     for gauge in ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate", "sim:prefix_cache_hit_rate"):
         r = _gauge_rate(metrics, gauge)
         if r is not None:

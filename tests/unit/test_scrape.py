@@ -124,6 +124,19 @@ def test_llama_server_and_sim_picks():
     assert engine_of(s) == "sim" and prefix_cache_hit_rate(s) == 0.25 and queue_depth(s) == 1
 
 
+def test_llama_server_cached_prompt_tokens_give_the_hit_rate():
+    # Recorded from the real llama-server (tests/fixtures/llamacpp/): a 1,110-token prompt sent twice.
+    real = parse_text((PAGES.parents[1] / "llamacpp" / "metrics.txt").read_text())
+    assert real.value("llamacpp:prompt_tokens_cached_total") == 1108
+    assert prefix_cache_hit_rate(real) == pytest.approx(1108 / (1108 + 1110))
+    window = diff(
+        parse_text("llamacpp:prompt_tokens_total 100\nllamacpp:prompt_tokens_cached_total 0\n"), real
+    )
+    assert prefix_cache_hit_rate(window) == pytest.approx(1108 / (1108 + 1010))
+    idle = parse_text("llamacpp:prompt_tokens_total 0\nllamacpp:prompt_tokens_cached_total 0\n")
+    assert prefix_cache_hit_rate(idle) is None
+
+
 def test_diff_gives_the_window_and_handles_resets():
     before = page("vllm")
     after_text = (PAGES / "vllm.prom").read_text()
