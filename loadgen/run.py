@@ -231,8 +231,13 @@ def target_for(opts: RunOptions) -> Iterator[tuple[str, dict[str, Any]]]:
         fleet.stop()
 
 
-def preflight(opts: RunOptions, url: str) -> dict[str, Any]:
-    """Reach the target, check it streams, check its identity; a one-line UserError otherwise."""
+def preflight(opts: RunOptions, url: str, replica_urls: list[str] | None = None) -> dict[str, Any]:
+    """Reach the target, check it streams, check its identity; a one-line UserError otherwise.
+
+    Behind an embedded router (``replica_urls``), identity is the replicas': a router names no
+    model of its own (sglang-router's ``/v1/models`` says ``unknown``), so every replica is read
+    and checked, and the first one's identity is recorded with the router's URL.
+    """
     from targets.errors import TargetError
     from targets.identity import check_expected, read_identity
     from targets.identity import preflight as target_preflight
@@ -243,8 +248,13 @@ def preflight(opts: RunOptions, url: str) -> dict[str, Any]:
         api_key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
         target_preflight(url, adapter, model=opts.model, api_key=api_key, timeout_s=10.0)
         identity = read_identity(url, opts.adapter, timeout_s=5.0)
+        engines = [identity]
+        if replica_urls and replica_urls != [url]:
+            engines = [read_identity(u, opts.adapter, timeout_s=5.0) for u in replica_urls]
+            identity = {**engines[0], "base_url": url, "replica_urls": replica_urls}
         if opts.expect:
-            check_expected(identity, opts.expect, url=url)
+            for engine in engines:
+                check_expected(engine, opts.expect, url=engine["base_url"])
     except TargetError as e:
         raise UserError(str(e)) from None
     return identity
@@ -300,7 +310,7 @@ def run(opts: RunOptions) -> int:
     if not opts.run_id:
         opts.run_id = new_run_id(opts.workload)
     with target_for(opts) as (url, info):
-        identity = preflight(opts, url)
+        identity = preflight(opts, url, [r["url"] for r in (info.get("fleet") or {}).get("replicas", [])])
         info["identity"] = {**identity, **info.get("identity", {})}
         if opts.target_labels:
             info["labels"] = opts.target_labels
