@@ -77,6 +77,8 @@ class LoadgenRuntime:
         self._all_final = Event()
         self._greenlets: list[gevent.Greenlet] = []
         self._interval_start = 0.0
+        self._cpu_at_plan = time.process_time()
+        self._wall_at_plan = time.monotonic()
         self._stopping_requested = False
         self._abort_reason = None
         self._planned_end = False
@@ -221,6 +223,8 @@ class LoadgenRuntime:
         self.recorder = Recorder()
         self.plan = plan
         self._done_sent = False
+        self._cpu_at_plan = time.process_time()
+        self._wall_at_plan = time.monotonic()
         self.driver = Driver(
             plan,
             worker_id=worker_id,
@@ -443,11 +447,27 @@ class LoadgenRuntime:
             cancelled_at_stop=cancelled,
             lost_workers=list(self.lost.values()),
             abort_reason=self._abort_reason,
+            generator=self._generator_cpu(),
         )
         if self.progress is not None:
             self.progress.finish()
         run_dir, self.writer = self.writer.dir, None
         self.verdict = decide_verdict(run_dir, self.config, self.env)
+
+    def _generator_cpu(self) -> dict[str, Any]:
+        """Each worker's CPU seconds and share of one core over its part of the run."""
+        if self.role == "local":
+            states = {"local": self._worker_payload()["state"]} if self.driver else {}
+        else:
+            states = self.worker_state
+        workers = {}
+        for wid, st in states.items():
+            cpu, wall = st.get("cpu_s"), st.get("wall_s")
+            if cpu is None or not wall:
+                continue
+            workers[wid] = {"cpu_s": cpu, "wall_s": wall, "cpu_share": round(cpu / wall, 4)}
+        shares = [w["cpu_share"] for w in workers.values()]
+        return {"workers": workers, "max_cpu_share": max(shares) if shares else None}
 
     def _cancelled_counts(self) -> dict[str, int]:
         if self.role == "local":
@@ -502,6 +522,9 @@ class LoadgenRuntime:
             "requests": d.in_flight.requests if d else 0,
             "requests_cancelled": d.requests_cancelled if d else 0,
             "sessions_cancelled": d.sessions_cancelled if d else 0,
+            # The generator's own CPU, so a saturated client is never mistaken for a slow server.
+            "cpu_s": round(time.process_time() - self._cpu_at_plan, 4),
+            "wall_s": round(time.monotonic() - self._wall_at_plan, 4),
         }
         return delta
 
