@@ -27,6 +27,7 @@ from targets.fleet.procs import (
     FleetError,
     OwnedProcess,
     child_env,
+    ensure_port_free,
     free_port,
     http_get,
     port_holder_pid,
@@ -217,11 +218,14 @@ def start_llama_servers(
     ready_timeout: float = 120.0,
     log_dir: Path | str | None = None,
     env: Mapping[str, str] | None = None,
+    port_base: int | None = None,
 ) -> Replicas:
     """Start ``n`` llama-server replicas on free ports and wait until each answers ``/health``.
 
     ``threads`` defaults to :func:`default_threads` (cores // n). ``alias`` sets the model id that
-    ``/v1/models`` and responses report (llama-server's default is the model path).
+    ``/v1/models`` and responses report (llama-server's default is the model path). By default
+    each replica gets a free port; with ``port_base``, replica ``i`` listens on ``port_base + i``,
+    and a port already in use stops the start before anything runs (one line naming its holder).
     ``ready_timeout`` (seconds) bounds the whole start. Logs go to
     ``log_dir/llama-server-<i>.log``; without ``log_dir``, to a temporary directory that ``stop()``
     removes. On any failure the replicas already started are stopped and a one-line ``FleetError``
@@ -235,6 +239,11 @@ def start_llama_servers(
     threads = default_threads(n) if threads is None else threads
     if threads < 1:
         raise LlamaServerError(f"llama-server threads must be >= 1, got {threads}")
+    if port_base is not None:
+        if not 1 <= port_base <= 65536 - n:
+            raise LlamaServerError(f"port base must leave room for {n} ports below 65536, got {port_base}")
+        for i in range(n):
+            ensure_port_free(port_base + i, f"llama-server-{i} port", host)
     replicas = Replicas()
     if log_dir is None:
         logs = replicas.owned_log_dir = Path(tempfile.mkdtemp(prefix="llama-server-"))
@@ -246,7 +255,7 @@ def start_llama_servers(
     environ = {k: v for k, v in child_env(env).items() if not k.startswith("LLAMA_ARG_")}
 
     def start(index: int) -> Replica:
-        port = free_port(host)
+        port = free_port(host) if port_base is None else port_base + index
         argv = build_argv(
             binary, model_path, port=port, parallel=parallel, ctx=ctx, threads=threads,
             host=host, extra_args=extra,
@@ -264,7 +273,7 @@ def start_llama_servers(
                     _check_port_holder(replicas[i])
                     break
                 except FleetError:
-                    if attempt == BIND_ATTEMPTS or not _lost_port_race(replicas[i]):
+                    if attempt == BIND_ATTEMPTS or port_base is not None or not _lost_port_race(replicas[i]):
                         raise
                     replicas[i].stop()
                     replicas[i] = start(i)
