@@ -69,6 +69,7 @@ class LoadgenRuntime:
         self.config: RunConfig | None = None
         self.writer: ResultsWriter | None = None
         self.t0_unix_s = 0.0
+        self.t_end_unix_s: float | None = None  # when the run's results were closed
         self.slots: dict[str, int] = {}
         self.worker_state: dict[str, dict[str, Any]] = {}
         self.finals: set[str] = set()
@@ -136,6 +137,7 @@ class LoadgenRuntime:
             raise UserError(f"--workload: {e}") from None
         lead = START_LEAD_LOCAL_S if self.role == "local" else START_LEAD_DISTRIBUTED_S
         self.t0_unix_s = time.time() + lead
+        self.t_end_unix_s = None
         self._interval_start = self.t0_unix_s
         run_dir = Path(cfg.results_dir) / cfg.run_id
         self.last_run_dir = run_dir
@@ -432,6 +434,7 @@ class LoadgenRuntime:
             g.kill(block=False)
         self._greenlets = []
         self._collect()
+        self.t_end_unix_s = time.time()
         cancelled = self._cancelled_counts()
         if not self._planned_end and not self._abort_reason:
             # Stopped by a signal, the UI's stop button or Locust's --run-time before the run's
@@ -489,6 +492,8 @@ class LoadgenRuntime:
     def _on_reset_stats(self, **_: Any) -> None:
         # The UI's reset button resets our live histograms too (the files keep everything).
         self.aggregate.reset_live()
+        if self.live_view is not None:
+            self.live_view.reset()
 
     def _reset_collector(self) -> None:
         self.aggregate = MetricsAggregate()

@@ -34,6 +34,13 @@ class LiveView:
         self.rt = runtime
         self._cache: tuple[float, dict[str, Any]] | None = None
         self.history: list[dict[str, Any]] = []
+        self._reset_unix_s = 0.0  # rates count from the run's start or the last reset, if later
+
+    def reset(self) -> None:
+        """The UI's reset button: the next snapshot starts from zero (not from a cached one)."""
+        self._cache = None
+        self.history = []
+        self._reset_unix_s = time.time()
 
     def snapshot(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -56,7 +63,11 @@ class LiveView:
                     }
                 )
         started, sessions, on_wire = self.rt._in_flight_summary()
-        elapsed = max(1e-9, time.time() - self.rt.t0_unix_s) if self.rt.t0_unix_s else 0.0
+        t0 = self.rt.t0_unix_s
+        # A finished run's clock stops at its end, so its rates stay what they were.
+        end = self.rt.t_end_unix_s or time.time()
+        elapsed = max(0.0, end - t0) if t0 else 0.0
+        window = end - max(t0, self._reset_unix_s) if t0 else 0.0
         run = [
             ("run", self.rt.config.run_id if self.rt.config else "-"),
             ("mode", self.rt.config.mode if self.rt.config else "-"),
@@ -65,8 +76,8 @@ class LiveView:
             ("sessions in flight", sessions),
             ("requests on the wire", on_wire),
             ("requests done", agg.requests),
-            ("output tokens/s", round(agg.output_tokens / elapsed, 1) if elapsed else 0),
-            ("input tokens/s", round(agg.prompt_tokens / elapsed, 1) if elapsed else 0),
+            ("output tokens/s", round(agg.output_tokens / window, 1) if window > 0 else 0),
+            ("input tokens/s", round(agg.prompt_tokens / window, 1) if window > 0 else 0),
             ("errors", sum(agg.errors.values())),
         ]
         run += [(f"errors: {k}", v) for k, v in sorted(agg.errors.items())]

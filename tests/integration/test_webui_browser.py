@@ -1,0 +1,211 @@
+"""Locust's web UI with loadgen's LLM tab, in a real headless Chromium, behind --web-login.
+
+Locust runs loadgen's locustfile (a master and one worker process) plus a small login setup of
+the kind Locust documents for ``--web-login``. The run is started the way the UI's form starts
+it (POST /swarm with loadgen's options), against a sim whose truth log shows the load. What the
+browser renders is checked against the run's own files: the LLM tab's TTFT count and p50 are the
+merged histograms of metrics.hlog.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+import requests
+
+from analysis.hlog import merge, read_histograms
+from analysis.records import parse_histogram_tag
+from loadgen.run import LOCUSTFILE
+from tests.conftest import free_port
+
+from .runs import records, sim, truth
+
+pytestmark = pytest.mark.slow
+
+USER, PASSWORD = "operator", "s3cret-for-tests"
+
+# The pattern of Locust's documentation for --web-login: a user loader and a login form handler.
+# GET is accepted too so that a headless browser can log in from its command line.
+AUTH_LOCUSTFILE = f'''
+import secrets
+
+from flask import Blueprint, redirect, request
+from flask_login import UserMixin, login_user
+from locust import events
+
+
+class Operator(UserMixin):
+    def __init__(self, name):
+        self.id = name
+
+
+@events.init.add_listener
+def _login(environment, **_kwargs):
+    web_ui = environment.web_ui
+    if web_ui is None:
+        return
+    web_ui.app.secret_key = secrets.token_hex(16)
+    web_ui.login_manager.user_loader(Operator)
+    web_ui.auth_args = {{"username_password_callback": "/login_submit"}}
+    bp = Blueprint("test_login", __name__)
+
+    @bp.route("/login_submit", methods=["GET", "POST"])
+    def login_submit():
+        if request.values.get("username") == {USER!r} and request.values.get("password") == {PASSWORD!r}:
+            login_user(Operator(request.values["username"]))
+            return redirect(request.values.get("next") or "/")
+        return redirect("/login")
+
+    web_ui.app.register_blueprint(bp)
+'''
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            value = predicate()
+        except requests.ConnectionError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _browser(chromium: list[str], *args: str) -> str:
+    r = subprocess.run([*chromium, *args], capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def _rows(html: str) -> list[list[str]]:
+    rows = []
+    for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S):
+        cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S)]
+        if cells:
+            rows.append(cells)
+    return rows
+
+
+def _llm_rows(snapshot: dict) -> dict[tuple[str, str], dict]:
+    return {(row["name"], row["turn_class"]): row for row in snapshot["percentiles"]}
+
+
+def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, artifacts_dir) -> None:
+    auth = tmp_path / "login_locustfile.py"
+    auth.write_text(AUTH_LOCUSTFILE)
+    results = tmp_path / "results"
+    web_port, master_port = free_port(), free_port()
+    base = f"http://127.0.0.1:{web_port}"
+    with sim(tmp_path, "--profile", "tiny", "--seed", "4") as (proc, truth_log):
+        cmd = [
+            sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{auth}",
+            "--web-host", "127.0.0.1", "--web-port", str(web_port), "--web-login",
+            "--processes", "1", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
+            "--master-host", "127.0.0.1", "--master-port", str(master_port),
+            "--host", proc.url, "--results", str(results), "--loglevel", "WARNING",
+        ]  # fmt: skip
+        locust = subprocess.Popen(
+            cmd,
+            stdout=(tmp_path / "locust.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            _wait_for(lambda: requests.get(f"{base}/login", timeout=5).status_code == 200, 60, "the web UI")
+
+            # --web-login protects loadgen's routes and the reset button like Locust's own.
+            for path in ("/loadgen/live.json", "/loadgen/charts", "/stats/requests", "/?tab=llm"):
+                r = requests.get(base + path, allow_redirects=False, timeout=5)
+                assert r.status_code in (302, 401), (path, r.status_code)
+                assert "/login" in r.headers.get("Location", "/login"), path
+            r = requests.post(f"{base}/stats/reset", allow_redirects=False, timeout=5)
+            assert r.status_code in (302, 401)
+
+            ui = requests.Session()
+            r = ui.post(f"{base}/login_submit", data={"username": USER, "password": PASSWORD}, timeout=5)
+            assert r.status_code == 200
+            assert ui.get(f"{base}/loadgen/live.json", timeout=5).status_code == 200
+
+            # Start the run as the form does: Locust's fields plus loadgen's options.
+            form = {
+                "user_count": "1", "spawn_rate": "1", "host": proc.url,
+                "workload": "tiny", "rate": "20", "duration": "3s", "seed": "7", "run_id": "ui",
+                "max_schedule_lag": "10s",
+            }  # fmt: skip
+            r = ui.post(f"{base}/swarm", data=form, timeout=10)
+            assert r.json()["success"], r.text
+            _wait_for(lambda: ui.get(f"{base}/stats/requests", timeout=5).json()["state"] == "stopped", 60, "the run's end")
+            run_dir = results / "ui"
+            _wait_for(lambda: orjson.loads((run_dir / "run.json").read_bytes()).get("status") == "complete", 30, "run.json")
+
+            recs = records(run_dir)
+            served = [t for rid, t in truth(truth_log).items() if rid.startswith("ui-")]
+            assert len(recs) >= 20 and len(served) == len(recs)
+            info = orjson.loads((run_dir / "run.json").read_bytes())
+            assert info["config"]["seed"] == 7 and info["config"]["rate_per_s"] == 20.0
+
+            # The ground truth for the tab: the run's merged TTFT histogram (all turn classes).
+            ttft = merge(h for tag, h in read_histograms(run_dir / "metrics.hlog").items() if parse_histogram_tag(tag)[0] == "ttft")
+            n_ok = sum(1 for rec in recs if rec.ok)
+            assert ttft.get_total_count() == n_ok
+            p50_ms = round(ttft.get_value_at_percentile(50) / 1000.0, 2)
+
+            live = ui.get(f"{base}/loadgen/live.json", timeout=5).json()
+            assert _llm_rows(live)[("ttft", "all")]["count"] == n_ok
+            # The run is over: its elapsed time and rates stay put.
+            elapsed = {row["key"]: row["value"] for row in live["run"]}["elapsed"]
+            time.sleep(1.2)
+            again = {row["key"]: row["value"] for row in ui.get(f"{base}/loadgen/live.json", timeout=5).json()["run"]}
+            assert again["elapsed"] == elapsed
+
+            # The LLM tab in a real browser: the table Locust's UI renders from /stats/requests.
+            login = f"{base}/login_submit?username={USER}&password={PASSWORD}&next="
+            dom = _browser(chromium, "--virtual-time-budget=8000", "--dump-dom", login + "/%3Ftab%3Dllm")
+            rows = {(c[0], c[1]): c for c in _rows(dom) if len(c) == 6}
+            assert ("ttft", "all") in rows, dom[-3000:]
+            assert rows[("ttft", "all")][2] == str(n_ok)
+            assert float(rows[("ttft", "all")][3]) == p50_ms
+            for metric in ("ttft", "tpot", "itl", "e2e", "schedule_lag"):
+                for tc in ("all", "first", "follow-up"):
+                    assert all(re.fullmatch(r"\d+(\.\d+)?", v) for v in rows[(metric, tc)][2:]), rows[(metric, tc)]
+            _browser(
+                chromium, "--virtual-time-budget=8000", "--window-size=1400,1000",
+                f"--screenshot={artifacts_dir / 'webui-llm-tab.png'}", login + "/%3Ftab%3Dllm",
+            )  # fmt: skip
+            assert (artifacts_dir / "webui-llm-tab.png").stat().st_size > 10_000
+
+            # The chart page: one SVG per metric, with p50/p95/p99 lines over the run's intervals.
+            charts = _browser(chromium, "--virtual-time-budget=3000", "--dump-dom", login + "/loadgen/charts")
+            assert charts.count("<svg") == 5
+            lines = re.findall(r'<polyline[^>]* points="([^"]+)"', charts)
+            assert len(lines) == 15
+            assert all(len(pts.split()) >= 2 for pts in lines), lines
+
+            # The UI's reset button resets loadgen's live numbers too, at once.
+            assert ui.post(f"{base}/stats/reset", timeout=5).text == "ok"
+            live = ui.get(f"{base}/loadgen/live.json", timeout=5).json()
+            assert all(row["count"] == 0 for row in live["percentiles"]), live["percentiles"][:3]
+            assert live["history"] == []
+            stats = ui.get(f"{base}/stats/requests", timeout=5).json()
+            llm = next(t["data"] for t in stats["extended_stats"] if t["key"] == "llm")
+            assert all(row["count"] == 0 for row in llm)
+            # The results on disk keep everything.
+            assert len(records(run_dir)) == len(recs)
+        finally:
+            locust.terminate()
+            try:
+                locust.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                locust.kill()
+                locust.wait(timeout=10)
+    log = Path(tmp_path / "locust.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
