@@ -10,6 +10,12 @@ Runs with the same seed and workload fingerprint replayed the same sessions, so 
 by (session_id, turn_index) and the bootstrap resamples pairs; otherwise each arm is resampled on
 its own. Comparing runs whose seed or workload differ is refused unless ``force``: the difference
 would mix the change under test with a change of traffic.
+
+A difference is *significant* when the interval of B / A lies wholly beyond ``min_effect`` (5% by
+default: above 1.05, or below 1 / 1.05). The bootstrap resamples requests within each run, so it
+cannot see what shifts a whole run a little (another process on the machine, a different batch
+interleaving): two runs of one configuration differ by a percent or two with intervals that
+exclude 1. ``min_effect=0`` gives the plain test (the interval excludes 1).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ METRICS = ("ttft", "tpot", "itl", "e2e", "ttft_sched")
 TURN_CLASSES = ("all", "first", "follow-up")
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 HEADLINE_STAT = "p95"
+DEFAULT_MIN_EFFECT = 0.05
 HEADLINES = (
     ("ttft", "all"),
     ("ttft", "first"),
@@ -57,9 +64,18 @@ def compare_runs(
     seed: int = 0,
     percentiles: tuple[float, ...] = PERCENTILES,
     confidence: float = 0.95,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    headline_stat: str = HEADLINE_STAT,
 ) -> dict[str, Any]:
     """Compare run B against baseline A (see the module docstring). Raises ``ResultsError`` when the
-    runs' seed or workload fingerprint differ, unless ``force``."""
+    runs' seed or workload fingerprint differ, unless ``force``. ``min_effect`` (a fraction, >= 0) is
+    the smallest change called significant; ``headline_stat`` (``p50``, ``p95``, ``mean``...: one of
+    ``percentiles`` or the mean) is the statistic of the verdicts."""
+    if min_effect < 0:
+        raise ValueError(f"min_effect must be >= 0 (got {min_effect})")
+    stats = (*(f"p{p:g}" for p in percentiles), "mean")
+    if headline_stat not in stats:
+        raise ValueError(f"headline_stat {headline_stat!r} is not one of {', '.join(stats)}")
     a, b = load_results(a_dir), load_results(b_dir)
     differences = _differences(a, b)
     if differences and not force:
@@ -84,7 +100,9 @@ def compare_runs(
                 sa, sb, percentiles, paired=paired, n_boot=n_boot, seed=seed, confidence=confidence
             )
             for j, stat in enumerate(iv.stats):
-                rows.append(_row(metric, tc, stat, iv, j, len(sa), len(sb), n_pairs if paired else None))
+                rows.append(
+                    _row(metric, tc, stat, iv, j, len(sa), len(sb), n_pairs if paired else None, min_effect)
+                )
             if tc == "all" or metric == "ttft":
                 cdfs.setdefault(metric, {})[tc] = {"a": _cdf(sa), "b": _cdf(sb)}
     summaries = (summarize_results(a), summarize_results(b))
@@ -104,10 +122,12 @@ def compare_runs(
         "n_boot": n_boot,
         "seed": seed,
         "confidence": confidence,
+        "min_effect": min_effect,
+        "headline_stat": headline_stat,
         "warnings": warnings,
         "overview": _overview(*summaries),
         "rows": rows,
-        "verdicts": [_verdict(rows, m, tc, confidence) for m, tc in HEADLINES],
+        "verdicts": [_verdict(rows, m, tc, headline_stat, confidence) for m, tc in HEADLINES],
         "cdf": cdfs,
     }
 
@@ -186,11 +206,18 @@ def _samples(a: RunResults, b: RunResults, metric: str, tc: str, pairs) -> tuple
     return _sample(va, metric), _sample(vb, metric), 0
 
 
-def _row(metric, tc, stat, iv, j, n_a, n_b, n_pairs) -> dict[str, Any]:
+def _row(metric, tc, stat, iv, j, n_a, n_b, n_pairs, min_effect) -> dict[str, Any]:
     def f(x: float) -> float | None:
         return None if x is None or not np.isfinite(x) else round(float(x), 4)
 
     lo, hi = f(iv.delta_lo[j]), f(iv.delta_hi[j])
+    rlo, rhi = f(iv.ratio_lo[j]), f(iv.ratio_hi[j])
+    if lo is None:
+        significant = None
+    elif rlo is None:  # A is 0: no ratio, so the plain test on B - A
+        significant = bool(lo > 0 or hi < 0)
+    else:
+        significant = bool(rlo > 1 + min_effect or rhi < 1 / (1 + min_effect))
     return {
         "metric": metric,
         "turn_class": tc,
@@ -201,16 +228,17 @@ def _row(metric, tc, stat, iv, j, n_a, n_b, n_pairs) -> dict[str, Any]:
         "delta": f(iv.delta[j]),
         "ratio": f(iv.ratio[j]),
         "delta_ci": None if lo is None else [lo, hi],
-        "ratio_ci": None if f(iv.ratio_lo[j]) is None else [f(iv.ratio_lo[j]), f(iv.ratio_hi[j])],
+        "ratio_ci": None if rlo is None else [rlo, rhi],
         "n_a": n_a,
         "n_b": n_b,
         "n_pairs": n_pairs,
-        "significant": None if lo is None else bool(lo > 0 or hi < 0),
+        "significant": significant,
     }
 
 
-def _verdict(rows: list[dict[str, Any]], metric: str, tc: str, confidence: float) -> dict[str, Any]:
-    stat = HEADLINE_STAT
+def _verdict(
+    rows: list[dict[str, Any]], metric: str, tc: str, stat: str, confidence: float
+) -> dict[str, Any]:
     r = next(x for x in rows if (x["metric"], x["turn_class"], x["stat"]) == (metric, tc, stat))
     what = describe(metric, tc, stat)
     out = {"metric": metric, "turn_class": tc, "stat": stat, "significant": r["significant"]}
@@ -259,9 +287,22 @@ def _arm(res: RunResults, summary: dict[str, Any]) -> dict[str, Any]:
         "workload": res.info.get("workload") or {},
         "mode": summary["mode"],
         "arrival": summary["arrival"],
-        "targets": [{k: t.get(k) for k in keep} for t in summary["targets"]],
+        "targets": [{**{k: t.get(k) for k in keep}, "fleet": _fleet(t)} for t in summary["targets"]],
         "requests": summary["requests"]["measured"],
         "notes": summary["notes"],
+    }
+
+
+def _fleet(target: dict[str, Any]) -> dict[str, Any] | None:
+    """An embedded fleet in brief: its router (name, version, policy) and replica count."""
+    fleet = target.get("fleet")
+    if not isinstance(fleet, dict):
+        return None
+    router = fleet.get("router") or {}
+    return {
+        "engine": fleet.get("engine"),
+        "replicas": len(fleet.get("replicas") or []),
+        "router": {k: router.get(k) for k in ("name", "version", "policy")} if router else None,
     }
 
 
@@ -316,4 +357,12 @@ def _warnings(a: RunResults, b: RunResults, summaries, differences: list[str]) -
     return out
 
 
-__all__ = ["COMPARE_SCHEMA_VERSION", "HEADLINES", "METRICS", "compare_runs", "describe", "find_row"]
+__all__ = [
+    "COMPARE_SCHEMA_VERSION",
+    "DEFAULT_MIN_EFFECT",
+    "HEADLINES",
+    "METRICS",
+    "compare_runs",
+    "describe",
+    "find_row",
+]

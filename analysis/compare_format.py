@@ -32,10 +32,21 @@ def _rows(cmp: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-def _identity(t: dict[str, Any]) -> str:
+def describe_target(t: dict[str, Any]) -> str:
+    """One line: label, URL, router and replicas of an embedded fleet, and the identity read before load."""
     ident = t.get("identity") or {}
-    bits = ", ".join(f"{k}={v}" for k, v in ident.items() if not isinstance(v, dict | list))
-    return f"{t.get('label')} {t.get('url') or ''} [{bits}]".replace("  ", " ")
+    shown = {k: v for k, v in ident.items() if v is not None and not isinstance(v, dict | list)}
+    if "base_url" in shown and shown["base_url"] == t.get("url"):
+        shown.pop("base_url")
+    bits = ", ".join(f"{k}={v}" for k, v in shown.items())
+    fleet = t.get("fleet") or {}
+    router = fleet.get("router") or {}
+    via = ""
+    if router:
+        via = f" via {router.get('name')} {router.get('version')} policy={router.get('policy')}"
+    if fleet:
+        via += f" over {fleet.get('replicas')} {fleet.get('engine')} replica(s)"
+    return f"{t.get('label')} {t.get('url') or ''}{via} [{bits}]".replace("  ", " ")
 
 
 def _head(cmp: dict[str, Any]) -> list[str]:
@@ -43,14 +54,22 @@ def _head(cmp: dict[str, Any]) -> list[str]:
     for name in ("a", "b"):
         arm = cmp[name]
         partial = "  (PARTIAL)" if arm["partial"] else ""
-        targets = "; ".join(_identity(t) for t in arm["targets"])
+        targets = "; ".join(describe_target(t) for t in arm["targets"])
         out.append(
             f"{name.upper()}: {arm['run_id']} ({arm['dir']}), {arm['requests']:,} requests{partial}  target {targets}"
         )
     out.append(
         f"{cmp['pairing']}; {cmp['n_boot']:,} bootstrap resamples, {cmp['confidence']:.0%} intervals, seed {cmp['seed']}"
     )
+    out.append(f"significant: {significance(cmp)}; verdicts at {cmp.get('headline_stat', 'p95')}")
     return out
+
+
+def significance(cmp: dict[str, Any]) -> str:
+    """What makes a difference significant, in words: ``the 95% interval of B/A beyond ±5%``."""
+    m = cmp.get("min_effect") or 0.0
+    band = f"beyond \u00b1{100 * m:g}%" if m else "excludes 1"
+    return f"the {cmp['confidence']:.0%} interval of B/A {band}"
 
 
 def format_compare(cmp: dict[str, Any]) -> str:
@@ -66,7 +85,7 @@ def format_compare(cmp: dict[str, Any]) -> str:
         lines.append(
             "  ".join(c.ljust(widths[i]) if i < 3 else c.rjust(widths[i]) for i, c in enumerate(r)).rstrip()
         )
-    lines.append("(times in ms; sig: the interval of B-A excludes 0)")
+    lines.append(f"(times in ms; sig: {significance(cmp)})")
     lines.append("")
     for o in cmp["overview"]:
         ratio = "" if o["ratio"] is None else f"  (B/A {fmt_factor(o['ratio'])})"
@@ -83,7 +102,7 @@ def compare_to_markdown(cmp: dict[str, Any]) -> str:
     lines += [f"- {'**' + v['text'] + '**' if v['significant'] else v['text']}" for v in cmp["verdicts"]]
     lines += ["", "| " + " | ".join(_HEADER) + " |", "|" + "---|" * 3 + "---:|" * (len(_HEADER) - 3)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in _rows(cmp)]
-    lines += ["", "Times in ms; sig: the interval of B-A excludes 0.", ""]
+    lines += ["", f"Times in ms; sig: {significance(cmp)}.", ""]
     lines += ["| run figure | A | B | B/A |", "|---|---:|---:|---:|"]
     for o in cmp["overview"]:
         lines.append(f"| {o['name']} | {_num(o['a'])} | {_num(o['b'])} | {_ratio(o['ratio'])} |")
@@ -125,4 +144,11 @@ def _num(v: float | None) -> str:
     return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
 
 
-__all__ = ["compare_cdf_svg", "compare_to_json", "compare_to_markdown", "format_compare"]
+__all__ = [
+    "compare_cdf_svg",
+    "compare_to_json",
+    "compare_to_markdown",
+    "describe_target",
+    "format_compare",
+    "significance",
+]

@@ -110,3 +110,29 @@ def test_formatters(tmp_path, run_a):
     svg = ET.fromstring(compare_cdf_svg(cmp, "ttft", "follow-up"))
     paths = [el for el in svg.iter() if el.tag.endswith("path")]
     assert len(paths) == 2
+
+
+def test_a_shift_smaller_than_the_minimum_effect_is_not_significant(tmp_path, run_a):
+    # Every ITL gap 2% longer: the paired intervals are tight enough to exclude 1, but a whole-run
+    # shift that small is what two runs of one configuration differ by, so it is noise by default.
+    run_b = write_run(tmp_path / "b", _records(itl_factor=1.02, noise_seed=0), run_id="b", duration_s=20)
+    cmp = compare_runs(run_a, run_b, n_boot=N_BOOT)
+    row = find_row(cmp, "itl", "all", "p50")
+    assert row["ratio_ci"][0] > 1.0 and not row["significant"]
+    assert cmp["min_effect"] == 0.05
+    assert "interval of B/A beyond \u00b15%" in format_compare(cmp)
+    plain = compare_runs(run_a, run_b, n_boot=N_BOOT, min_effect=0.0)
+    assert find_row(plain, "itl", "all", "p50")["significant"]
+    assert "interval of B/A excludes 1" in format_compare(plain)
+
+
+def test_verdicts_at_another_statistic(tmp_path, run_a):
+    run_b = write_run(tmp_path / "b", _records(follow_up_factor=0.5, noise_seed=3), run_id="b", duration_s=20)
+    cmp = compare_runs(run_a, run_b, n_boot=N_BOOT, headline_stat="p50")
+    texts = [v["text"] for v in cmp["verdicts"]]
+    assert all(v["stat"] == "p50" for v in cmp["verdicts"])
+    assert any(t.startswith("B cuts follow-up-turn p50 TTFT 1.9") for t in texts), texts
+    with pytest.raises(ValueError, match="headline_stat 'p42' is not one of p50, p90, p95, p99, mean"):
+        compare_runs(run_a, run_b, headline_stat="p42")
+    with pytest.raises(ValueError, match="min_effect must be >= 0"):
+        compare_runs(run_a, run_b, min_effect=-0.1)
