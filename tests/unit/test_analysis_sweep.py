@@ -85,3 +85,15 @@ def test_format_and_dict():
     assert "max rate holding the SLOs:" in text and "ttft_p99=450ms missed" in text
     d = res.to_dict()
     assert d["max_rate_per_s"] == res.max_rate_per_s and d["points"][0]["latency_ms"]["ttft"]["p99"] > 0
+
+
+def test_a_saturated_generator_does_not_hold_a_rate():
+    def saturating(rate):
+        s = model(rate)
+        s["generator_saturated"] = rate > 20
+        s["generator"] = {"schedule_lag_p99_ms": 35.0 if rate > 20 else 1.0}
+        return s
+
+    res = grid(saturating, SLOS, [10, 20, 30])
+    assert res.max_rate_per_s == 20
+    assert res.points[-1].reasons == ("generator saturated (schedule lag p99 35.0 ms): add workers",)
