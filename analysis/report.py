@@ -21,15 +21,15 @@ import orjson
 
 from analysis import hdr, hlog, timeseries
 from analysis.compare import HEADLINES, METRIC_NAMES
-from analysis.compare_format import compare_cdf_svg
-from analysis.html import charts, esc, ok_mark, page, section, table
+from analysis.compare_format import compare_cdf_svg, describe_target, significance
+from analysis.html import Raw, charts, esc, ok_mark, page, section, table
 from analysis.records import METRICS, REPORT_FILE, parse_histogram_tag
 from analysis.results import RunResults, load_results
 from analysis.slo import parse_slos
 from analysis.summary import summarize_results
 from analysis.summary_format import GROUPS, describe_mode, fmt_ms, fmt_num, fmt_pct
 from analysis.svg import Mark, Series, bar_chart, line_chart
-from analysis.sweep import SweepResult, key_figures
+from analysis.sweep import SweepResult, describe_max, key_figures
 
 RUN_SECTIONS = (
     "headline", "slo", "throughput", "ttft-cdf", "itl-cdf", "ttft-by-turn", "ttft-split", "over-time", "in-flight",
@@ -308,7 +308,8 @@ def _pretty(info: dict[str, Any]) -> str:
 def render_compare_report(cmp: dict[str, Any]) -> str:
     """The HTML page of an A/B comparison dict."""
     out = [f"<h1>loadgen compare: {esc(cmp['a']['run_id'])} vs {esc(cmp['b']['run_id'])}</h1>",
-           f'<p class="meta">{esc(cmp["pairing"])}; {cmp["n_boot"]:,} bootstrap resamples, {cmp["confidence"]:.0%} intervals</p>']  # fmt: skip
+           f'<p class="meta">{esc(cmp["pairing"])}; {cmp["n_boot"]:,} bootstrap resamples, {cmp["confidence"]:.0%} intervals; '
+           f'significant: {esc(significance(cmp))}; verdicts at {esc(cmp.get("headline_stat", "p95"))}</p>']  # fmt: skip
     out += [f'<div class="banner warn">{esc(w)}</div>' for w in cmp["warnings"]]
     items = "".join(
         f"<li>{'<b>' if v['significant'] else ''}{esc(v['text'])}{'</b>' if v['significant'] else ''}</li>"
@@ -316,7 +317,7 @@ def render_compare_report(cmp: dict[str, Any]) -> str:
     )
     out.append(section("verdicts", "Verdicts", f'<ul class="verdicts">{items}</ul>'))
     arms = [[name.upper(), arm["run_id"], arm["dir"], "partial" if arm["partial"] else "complete", f"{arm['requests']:,}",
-             "; ".join(f"{t.get('label')} {t.get('url') or ''} [{_kv(t.get('identity'))}]" for t in arm["targets"])]
+             "; ".join(describe_target(t) for t in arm["targets"])]
             for name, arm in (("a", cmp["a"]), ("b", cmp["b"]))]  # fmt: skip
     out.append(
         section(
@@ -328,7 +329,7 @@ def render_compare_report(cmp: dict[str, Any]) -> str:
     plots = [compare_cdf_svg(cmp, m, tc) for m, tc in HEADLINES]
     out.append(section("cdf", "Distributions (A solid, B dashed)", charts(*plots)))
     rows = [[r["metric"], r["turn_class"], r["stat"], fmt_ms(r["a"]), fmt_ms(r["b"]), fmt_ms(r["delta"]), _ci(r["delta_ci"], fmt_ms),
-             _fx(r["ratio"]), _ci(r["ratio_ci"], _fx), ok_mark(None if r["significant"] is None else not r["significant"], "", "yes")]
+             _fx(r["ratio"]), _ci(r["ratio_ci"], _fx), _direction(r)]
             for r in cmp["rows"]]  # fmt: skip
     out.append(
         section(
@@ -337,11 +338,23 @@ def render_compare_report(cmp: dict[str, Any]) -> str:
             table(
                 ["metric", "turns", "stat", "A", "B", "B-A", "95% CI", "B/A", "95% CI", "significant"], rows
             ),
+            '<p class="muted">Significant: B lower (better) or B higher (worse) than A; blank: no significant '
+            "difference.</p>",
         )
     )
     ov = [[o["name"], fmt_num(o["a"]), fmt_num(o["b"]), _fx(o["ratio"])] for o in cmp["overview"]]
     out.append(section("overview", "Run figures", table(["figure", "A", "B", "B/A"], ov)))
     return page(f"loadgen compare: {cmp['a']['run_id']} vs {cmp['b']['run_id']}", out)
+
+
+def _direction(row: dict[str, Any]) -> Raw:
+    """A significant change of a latency, coloured by whether it is better (lower) or worse."""
+    if row["significant"] is None:
+        return ok_mark(None)
+    if not row["significant"]:
+        return Raw("")
+    lower = (row["delta"] or 0) < 0
+    return ok_mark(lower, "B lower", "B higher")
 
 
 def _fx(v: float | None) -> str:
@@ -356,21 +369,25 @@ def _ci(pair: list[float] | None, f) -> str:
 
 
 def render_sweep_report(result: SweepResult) -> str:
-    """The HTML page of a sweep: latency percentiles and goodput against rate, and the answer."""
+    """The HTML page of a sweep: latency percentiles and goodput against the offered rate, and the answer.
+
+    The rate is the session arrival rate (``--rate``); throughput and goodput are requests/s."""
     pts = [(p.rate_per_s, p.ok, p.reasons, key_figures(p.summary)) for p in result.points]
     rates = [r for r, *_ in pts]
     answer = (
         "none: the SLOs fail at every rate tried"
         if result.max_rate_per_s is None
-        else f"{result.max_rate_per_s:g} requests/s"
+        else f"{result.max_rate_per_s:g} sessions/s"
     )
     out = [f"<h1>loadgen sweep: max rate {esc(answer)}</h1>",
-           f'<p class="meta">{esc(result.method)} over {len(pts)} runs; SLOs {esc(", ".join(result.slos))}</p>']  # fmt: skip
+           f'<p class="meta">{esc(result.method)} over {len(pts)} runs; SLOs {esc(", ".join(result.slos))}</p>',
+           f"<p>{esc(describe_max(result))}</p>"]  # fmt: skip
     out += [f'<div class="banner warn">{esc(n)}</div>' for n in result.notes]
     limit = [Mark(result.max_rate_per_s, "max rate", axis="x")] if result.max_rate_per_s is not None else []
     limits: dict[str, list[Mark]] = {}
     for slo in parse_slos(result.slos).percentile:
         limits.setdefault(slo.metric, []).append(Mark(slo.limit_ms, str(slo)))
+    x_label = "sessions/s offered"
     plots = []
     for metric in ("ttft", "itl", "tpot", "e2e"):
         cols = {
@@ -378,18 +395,32 @@ def render_sweep_report(result: SweepResult) -> str:
         }
         if any(v is not None for c in cols.values() for v in c):
             plots.append(line_chart([Series(k, rates, v, markers=True) for k, v in cols.items()],
-                                    title=f"{METRIC_NAMES[metric]} vs rate", x_label="requests/s offered", y_label="ms",
+                                    title=f"{METRIC_NAMES[metric]} vs rate", x_label=x_label, y_label="ms",
                                     y_log=True, marks=[*limits.get(metric, []), *limit]))  # fmt: skip
     good = [Series("throughput", rates, [f["requests_per_s"] for *_, f in pts], markers=True),
             Series("goodput", rates, [f["goodput_requests_per_s"] for *_, f in pts], markers=True, dashed=True)]  # fmt: skip
-    plots.append(line_chart(good, title="Throughput and goodput vs rate", x_label="requests/s offered", y_label="requests/s",
+    plots.append(line_chart(good, title="Throughput and goodput vs rate", x_label=x_label, y_label="requests/s",
                             y_min=0, marks=limit))  # fmt: skip
+    priced = any(f["output_tokens_per_usd"] is not None for *_, f in pts)
+    if priced:
+        per_usd = [Series("output tokens/$", rates, [f["output_tokens_per_usd"] for *_, f in pts], markers=True),
+                   Series("good output tokens/$", rates, [f["goodput_tokens_per_usd"] for *_, f in pts], markers=True,
+                          dashed=True)]  # fmt: skip
+        plots.append(line_chart(per_usd, title="Output tokens per dollar vs rate", x_label=x_label,
+                                y_label="tokens/$", y_min=0, marks=limit))  # fmt: skip
     out.append(section("sweep-plots", "Latency and goodput against rate", charts(*plots)))
-    rows = [[f"{r:g}", ok_mark(ok, "yes", "no"), fmt_ms((f["latency_ms"].get("ttft") or {}).get("p99")),
-             fmt_ms((f["latency_ms"].get("itl") or {}).get("p99")), fmt_num(f["output_tokens_per_s"], 1),
-             fmt_num(f["goodput_requests_per_s"]), fmt_pct(f["error_rate"]), "; ".join(why)] for r, ok, why, f in pts]  # fmt: skip
-    out.append(section("sweep-points", "Runs", table(
-        ["rate/s", "holds", "ttft p99", "itl p99", "out tok/s", "goodput/s", "errors", "why not"], rows, text_cols=(7,))))  # fmt: skip
+    head = ["rate/s", "holds", "ttft p99", "itl p99", "out tok/s", "goodput/s", "errors"]
+    head += ["tokens/$"] if priced else []
+    rows = []
+    for r, ok, why, f in pts:
+        row = [f"{r:g}", ok_mark(ok, "yes", "no"), fmt_ms((f["latency_ms"].get("ttft") or {}).get("p99")),
+               fmt_ms((f["latency_ms"].get("itl") or {}).get("p99")), fmt_num(f["output_tokens_per_s"], 1),
+               fmt_num(f["goodput_requests_per_s"]), fmt_pct(f["error_rate"])]  # fmt: skip
+        row += [fmt_num(f["output_tokens_per_usd"], 0)] if priced else []
+        rows.append([*row, f.get("run_id") or "", "; ".join(why)])
+    out.append(
+        section("sweep-points", "Runs", table([*head, "run", "why not"], rows, text_cols=(len(head) + 1,)))
+    )
     return page(f"loadgen sweep: {answer}", out)
 
 

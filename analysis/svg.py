@@ -130,7 +130,9 @@ def bar_chart(
 class _Axis:
     def __init__(self, lo: float, hi: float, p0: float, p1: float, log: bool) -> None:
         if log:
-            lo, hi = math.log10(lo), math.log10(hi)
+            # Out to the 1-2-5 values around the data, so that even a range inside one step (15 to
+            # 19 ms) has labelled ticks at both ends (10 and 20).
+            lo, hi = (math.log10(v) for v in _log_bounds(lo, hi))
         if hi - lo < 1e-12:
             pad = abs(lo) * 0.05 or 1.0
             lo, hi = lo - pad, hi + pad
@@ -155,7 +157,15 @@ class _Axis:
             decades = range(math.floor(self.lo_t), math.ceil(self.hi_t) + 1)
             steps = (1, 2, 5) if self.hi_t - self.lo_t < 3 else (1,)
             vals = [m * 10**d for d in decades for m in steps]
-            return [v for v in vals if self.lo * 0.999 <= v <= self.hi * 1.001]
+            out = [v for v in vals if self.lo * 0.999 <= v <= self.hi * 1.001]
+            if len(out) >= 3:
+                return out
+            # A narrow log axis (10 to 20): evenly spaced values label it better than its two ends.
+            step = _nice_step((self.hi - self.lo) / 5)
+            first = math.ceil(self.lo / step - 1e-9) * step
+            return [
+                round(first + k * step, 12) for k in range(math.floor((self.hi - first) / step + 1e-9) + 1)
+            ]
         step = _nice_step((self.hi_t - self.lo_t) / 5)
         first = math.ceil(self.lo_t / step - 1e-9) * step
         n = math.floor((self.hi_t - first) / step + 1e-9) + 1
@@ -168,6 +178,16 @@ def _nice_step(raw: float) -> float:
         if raw <= m * mag:
             return m * mag
     return 10 * mag
+
+
+def _log_bounds(lo: float, hi: float) -> tuple[float, float]:
+    """The 1-2-5 values (or decades, over three decades or more) at or just outside [lo, hi]."""
+    steps = (1, 2, 5) if math.log10(hi / lo) < 3 else (1,)
+    grid = [
+        m * 10**d for d in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2) for m in steps
+    ]
+    low = max(v for v in grid if v <= lo * 1.000001)
+    return low, min(v for v in grid if v >= hi / 1.000001 and v > low * 1.000001)
 
 
 def _nice_bounds(lo: float, hi: float) -> tuple[float, float]:

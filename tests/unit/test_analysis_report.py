@@ -122,3 +122,34 @@ def test_sweep_report(hi):
     assert page.sections["sweep-plots"] == 3  # ttft and itl vs rate, goodput vs rate
     assert "max rate" in html
     _check_svgs(html)
+
+
+def _tick_labels(svg: str) -> list[str]:
+    return [el.text for el in ET.fromstring(svg).iter() if el.tag.endswith("text") and el.text]
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(15.0, 19.0), (210.0, 480.0), (1.2, 1.9), (7.0, 7.0)])
+def test_a_narrow_log_axis_still_has_labelled_ticks(lo, hi):
+    from analysis.svg import Series, line_chart
+
+    svg = line_chart([Series("p99", [1, 2, 3], [lo, (lo + hi) / 2, hi])], title="t", x_label="x", y_label="ms", y_log=True)
+    labels = [t for t in _tick_labels(svg) if t.replace(".", "").isdigit()]
+    y_values = sorted({float(t) for t in labels} - {1.0, 2.0, 3.0})
+    assert len(y_values) >= 3, labels
+    assert y_values[0] <= lo and y_values[-1] >= hi
+
+
+def test_sweep_report_names_the_rate_unit_the_run_and_the_cost():
+    def priced(rate):
+        s = model(rate)
+        s["run_id"] = f"rate-{rate:g}"
+        s["cost"] = {"cost_per_hour_usd": 3.6, "output_tokens_per_usd": s["throughput"]["output_tokens_per_s"] * 1000,
+                     "goodput_tokens_per_usd": None}  # fmt: skip
+        return s
+
+    html = render_sweep_report(find_max_rate(priced, SLOS, 1.0, 100.0, steps=3))
+    page = _parse(html)
+    assert page.sections["sweep-plots"] == 4  # plus tokens per dollar against rate
+    assert "sessions/s offered" in html and "rate-100" in html and "tokens/$" in html
+    assert "max rate holding the SLOs: 38.125/s; there goodput 38.1 requests/s" in html
+    assert "3,812,500 output tokens/$" in html
