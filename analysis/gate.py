@@ -162,6 +162,8 @@ def _regression(cmp: dict[str, Any], metric: str, stat: str, tc: str, tol: float
     change = f"{describe(metric, tc, stat)} {fmt_ms(r['a'])} -> {fmt_ms(r['b'])} ms"
     if lo > 1 + tol:
         return False, f"{key} regressed: {shown}, over the {allowed} allowed ({change})"
+    if r["ratio"] is not None and r["ratio"] > 1 + tol:
+        return True, f"{key} not shown over {allowed} (the interval reaches below it): {shown} ({change})"
     return True, f"{key} within {allowed}: {shown} ({change})"
 
 

@@ -88,3 +88,15 @@ def test_bad_keys_are_one_line():
         parse_max_regression({"ttft_p99": "a lot"})
     with pytest.raises(ValueError, match="needs a baseline"):
         gate("unused", None, {"ttft_p99": 0.1})
+
+
+def test_a_ratio_over_the_tolerance_that_noise_explains_passes_and_says_so(tmp_path, baseline):
+    # 15% slower sessions: p95 comes out 11% over at the point estimate, but a 10% tolerance is
+    # still inside its interval, so the regression is not shown.
+    run = write_run(tmp_path / "run", _records(slowdown=1.15, noise_seed=1), run_id="run", duration_s=12)
+    result = gate(run, baseline, {"ttft_p95": 0.10}, n_boot=400)
+    row = result.comparison["rows"]
+    row = next(r for r in row if (r["metric"], r["stat"], r["turn_class"]) == ("ttft", "p95", "all"))
+    assert row["ratio"] > 1.10 and row["ratio_ci"][0] < 1.10
+    assert result.ok
+    assert any(c.startswith("pass  ttft_p95 not shown over 1.10\u00d7") for c in result.checks), result.checks
