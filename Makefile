@@ -29,6 +29,7 @@ browser:
 	@bash scripts/ensure-chromium.sh
 
 test: setup llama-server browser
+	$(BIN)/ruff check .
 	LOADGEN_REQUIRE_LLAMA=1 LOADGEN_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup
