@@ -61,7 +61,7 @@ def run_options(f: Callable) -> Callable:
         click.option("--max-schedule-lag", type=DURATION, default="10ms", show_default=True),
         click.option("--results", default="results", show_default=True, type=click.Path(file_okay=False)),
         click.option("--run-id", default=None),
-        click.option("--profile", default="laptop-qwen2.5-1.5b-q4", show_default=True, help="Embedded sim profile."),
+        click.option("--profile", default="h200-llama3-8b-fp8", show_default=True, help="Embedded sim profile (targets/sim/profiles)."),
         click.option("--time-scale", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Embedded sim time scale (0 = fastest)."),
         click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True, help="Embedded engine replicas."),
         click.option("--router", default="none", show_default=True, help="Embedded router: none, sglang:<policy>, vllm:<policy>."),
@@ -157,6 +157,59 @@ def report(run_dir: str, html: bool, csv_path: str | None, slo: str | None, cost
     from loadgen.reporting import report_run
 
     report_run(run_dir, html=html, csv_path=csv_path, slo=slo, cost_per_hour=cost_per_hour)
+
+
+@main.command()
+@click.argument("a", type=click.Path(file_okay=False))
+@click.argument("b", type=click.Path(file_okay=False))
+@click.option("--force", is_flag=True, help="Compare runs whose seed or workload differ (unpaired).")
+@click.option("--md", is_flag=True, help="Print Markdown (for a pull request or CI summary) instead of the table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of the table.")
+@click.option("--svg", default=None, metavar="FILE", help="Write A's and B's CDFs overlaid (see --svg-metric).")
+@click.option("--svg-metric", default="ttft", show_default=True, metavar="METRIC[@TURNS]", help="e.g. ttft@follow-up, itl.")
+@click.option("--html", default=None, metavar="FILE", help="Write the HTML comparison report.")
+@click.option("--stat", type=click.Choice(["p50", "p90", "p95", "p99", "mean"]), default="p95", show_default=True, help="Statistic of the verdict lines.")
+@click.option("--min-effect", default="5%", show_default=True, help="Smaller changes of B/A are noise, not significant.")
+@click.option("--n-boot", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
+def compare(a: str, b: str, **kwargs: Any) -> None:
+    """Compare run B against baseline A with bootstrap intervals (paired when the seed matches)."""
+    from loadgen.compare_cmd import compare as compare_runs
+
+    sys.exit(compare_runs(a, b, **kwargs))
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--baseline", default=None, type=click.Path(file_okay=False), help="The run to compare against.")
+@click.option("--max-regression", default=None, help="e.g. ttft_p99=10%,itl_p95@follow-up=5% (needs --baseline).")
+@click.option("--slo", default=None, help="Percentile SLOs the run must hold (default: the run's own).")
+@click.option("--min-attainment", default=None, help="Least per-request SLO attainment, e.g. 99%.")
+@click.option("--max-error-rate", default=None, help="Most errors allowed, e.g. 1%.")
+@click.option("--force", is_flag=True, help="Allow a baseline with another seed or workload (unpaired).")
+@click.option("--n-boot", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
+def gate(run_dir: str, **kwargs: Any) -> None:
+    """CI gate: exit 3 when RUN_DIR misses an SLO or regressed beyond noise against --baseline."""
+    from loadgen.compare_cmd import gate as judge
+
+    sys.exit(judge(run_dir, **kwargs))
+
+
+@main.command()
+@run_options
+@click.option("--rates", default=None, help="Grid: run each rate, e.g. 1,2,4,8 (sessions/s).")
+@click.option("--search", is_flag=True, help="Bisect between --min-rate and --max-rate for the max rate.")
+@click.option("--min-rate", type=RATE, default=None, help="Lowest rate of --search.")
+@click.option("--max-rate", type=RATE, default=None, help="Highest rate of --search.")
+@click.option("--steps", type=click.IntRange(min=1, max=20), default=6, show_default=True, help="Halvings of --search.")
+@click.option("--max-error-rate", default="1%", show_default=True, help="A rate with more errors does not hold.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Local worker processes.")
+def sweep(**kwargs: Any) -> None:
+    """Find the largest arrival rate that holds the --slo percentile SLOs: a grid or a bisection of runs."""
+    from loadgen.sweep import run_sweep_command
+
+    ctx = click.get_current_context()
+    rate_given = ctx.get_parameter_source("rate") is not click.core.ParameterSource.DEFAULT
+    sys.exit(run_sweep_command(kwargs, rate_given=rate_given))
 
 
 @main.group()

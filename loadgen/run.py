@@ -61,7 +61,7 @@ class RunOptions:
     target_labels: dict[str, str] = field(default_factory=dict)
     expect: dict[str, str] = field(default_factory=dict)
     # embedded fleet
-    profile: str = "laptop-qwen2.5-1.5b-q4"
+    profile: str = "h200-llama3-8b-fp8"
     time_scale: float = 1.0
     replicas: int = 1
     router: str = "none"
