@@ -16,10 +16,17 @@ default: above 1.05, or below 1 / 1.05). The bootstrap resamples requests within
 cannot see what shifts a whole run a little (another process on the machine, a different batch
 interleaving): two runs of one configuration differ by a percent or two with intervals that
 exclude 1. ``min_effect=0`` gives the plain test (the interval excludes 1).
+
+A percentile is only judged when the smaller arm has at least ``MIN_TAIL`` (10) values beyond it
+(p95 needs 200 requests, p99 1,000): the bootstrap of a percentile that rests on a handful of
+values swings with which few requests happened to be slow (a follow-up caught behind another
+session's prefill), and calls that a difference. Such rows keep their values and intervals, with
+``significant`` None and ``tail`` saying how many values lay beyond.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ TURN_CLASSES = ("all", "first", "follow-up")
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 HEADLINE_STAT = "p95"
 DEFAULT_MIN_EFFECT = 0.05
+MIN_TAIL = 10  # values beyond a percentile, in the smaller arm, before it is judged
 HEADLINES = (
     ("ttft", "all"),
     ("ttft", "first"),
@@ -99,18 +107,23 @@ def compare_runs(
             iv = bootstrap(
                 sa, sb, percentiles, paired=paired, n_boot=n_boot, seed=seed, confidence=confidence
             )
+            values = min(len(sa.pooled_values()), len(sb.pooled_values()))
             for j, stat in enumerate(iv.stats):
-                rows.append(
-                    _row(metric, tc, stat, iv, j, len(sa), len(sb), n_pairs if paired else None, min_effect)
-                )
+                tail = None if stat == "mean" else round(values * (1 - percentiles[j] / 100), 1)
+                row = _row(metric, tc, stat, iv, j, len(sa), len(sb), n_pairs if paired else None, min_effect)
+                rows.append({**row, "tail": tail, "significant": _judged(row["significant"], tail)})
             if tc == "all" or metric == "ttft":
                 cdfs.setdefault(metric, {})[tc] = {"a": _cdf(sa), "b": _cdf(sb)}
     summaries = (summarize_results(a), summarize_results(b))
     warnings = _warnings(a, b, summaries, differences)
-    n_min = min((r["n_a"], r["n_b"]) for r in rows if (r["metric"], r["turn_class"]) == ("ttft", "all"))
-    if max(percentiles) >= 99 and min(n_min) < 1000:
+    short = [
+        r["stat"] for r in rows if (r["metric"], r["turn_class"]) == ("ttft", "all") and _too_few(r["tail"])
+    ]
+    if short:
+        n = min(r["n_a"] for r in rows if (r["metric"], r["turn_class"]) == ("ttft", "all"))
         warnings.append(
-            f"p99 from under 1,000 requests (A {n_min[0]:,}, B {n_min[1]:,}) rests on a handful of values: its interval is rough"
+            f"{', '.join(short)} of {n:,} requests rest on under {MIN_TAIL} values beyond them: shown, not judged "
+            f"({', '.join(f'{st} needs {needed_for(st):,}' for st in short)})"
         )
     return {
         "schema_version": COMPARE_SCHEMA_VERSION,
@@ -236,12 +249,34 @@ def _row(metric, tc, stat, iv, j, n_a, n_b, n_pairs, min_effect) -> dict[str, An
     }
 
 
+def _too_few(tail: float | None) -> bool:
+    return tail is not None and tail < MIN_TAIL
+
+
+def _judged(significant: bool | None, tail: float | None) -> bool | None:
+    return None if _too_few(tail) else significant
+
+
+def needed_for(stat: str) -> int:
+    """The values an arm needs for ``stat`` (``p95``) to be judged: MIN_TAIL beyond it."""
+    return 0 if stat == "mean" else math.ceil(MIN_TAIL / (1 - float(stat[1:]) / 100) - 1e-9)
+
+
+def too_few_text(row: dict[str, Any]) -> str:
+    """``too few values beyond p95 to judge (4.8 of 96; p95 needs 200)``."""
+    n = min(row["n_a"], row["n_b"])
+    return f"too few values beyond {row['stat']} to judge ({row['tail']:g} of {n:,}; {row['stat']} needs {needed_for(row['stat']):,})"
+
+
 def _verdict(
     rows: list[dict[str, Any]], metric: str, tc: str, stat: str, confidence: float
 ) -> dict[str, Any]:
     r = next(x for x in rows if (x["metric"], x["turn_class"], x["stat"]) == (metric, tc, stat))
     what = describe(metric, tc, stat)
     out = {"metric": metric, "turn_class": tc, "stat": stat, "significant": r["significant"]}
+    if _too_few(r["tail"]) and r["ratio_ci"] is not None:
+        out["text"] = f"{what}: {too_few_text(r)}"
+        return out
     if r["significant"] is None or r["ratio_ci"] is None:
         out["text"] = f"{what}: too few requests to compare (A {r['n_a']}, B {r['n_b']})"
         return out
@@ -362,7 +397,10 @@ __all__ = [
     "DEFAULT_MIN_EFFECT",
     "HEADLINES",
     "METRICS",
+    "MIN_TAIL",
     "compare_runs",
     "describe",
     "find_row",
+    "needed_for",
+    "too_few_text",
 ]

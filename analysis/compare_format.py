@@ -27,7 +27,7 @@ def _rows(cmp: dict[str, Any]) -> list[list[str]]:
         out.append([
             r["metric"], r["turn_class"], r["stat"], fmt_ms(r["a"]), fmt_ms(r["b"]), fmt_ms(r["delta"]),
             _ci(r["delta_ci"], fmt_ms), _ratio(r["ratio"]), _ci(r["ratio_ci"], _ratio),
-            "*" if r["significant"] else "",
+            "*" if r["significant"] else "" if r["significant"] is False else "-",
         ])  # fmt: skip
     return out
 
@@ -85,7 +85,9 @@ def format_compare(cmp: dict[str, Any]) -> str:
         lines.append(
             "  ".join(c.ljust(widths[i]) if i < 3 else c.rjust(widths[i]) for i, c in enumerate(r)).rstrip()
         )
-    lines.append(f"(times in ms; sig: {significance(cmp)})")
+    lines.append(
+        f"(times in ms; sig *: {significance(cmp)}; -: too few values beyond the percentile to judge)"
+    )
     lines.append("")
     for o in cmp["overview"]:
         ratio = "" if o["ratio"] is None else f"  (B/A {fmt_factor(o['ratio'])})"
@@ -102,7 +104,11 @@ def compare_to_markdown(cmp: dict[str, Any]) -> str:
     lines += [f"- {'**' + v['text'] + '**' if v['significant'] else v['text']}" for v in cmp["verdicts"]]
     lines += ["", "| " + " | ".join(_HEADER) + " |", "|" + "---|" * 3 + "---:|" * (len(_HEADER) - 3)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in _rows(cmp)]
-    lines += ["", f"Times in ms; sig: {significance(cmp)}.", ""]
+    lines += [
+        "",
+        f"Times in ms; sig *: {significance(cmp)}; -: too few values beyond the percentile to judge.",
+        "",
+    ]
     lines += ["| run figure | A | B | B/A |", "|---|---:|---:|---:|"]
     for o in cmp["overview"]:
         lines.append(f"| {o['name']} | {_num(o['a'])} | {_num(o['b'])} | {_ratio(o['ratio'])} |")

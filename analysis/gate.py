@@ -4,6 +4,9 @@
 
 * a statistic regressed for sure: the lower bound of the 95% interval of run/baseline is above
   ``1 + tolerance`` (a ratio that merely *might* be over, because of noise, passes);
+* a percentile cannot be judged: fewer than ``compare.MIN_TAIL`` values lie beyond it (p99 over
+  fewer than 1,000 requests). That fails every time, not by chance: gate a lower percentile or run
+  longer;
 * a percentile SLO is missed on the run, or SLO attainment is under ``min_attainment``;
 * the error rate is over ``max_error_rate``;
 * the run (or the baseline) is partial, or the run's generator was saturated: its numbers are not
@@ -21,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from analysis.compare import METRICS as COMPARE_METRICS
-from analysis.compare import PERCENTILES, compare_runs, describe, find_row, fmt_factor
+from analysis.compare import (
+    MIN_TAIL,
+    PERCENTILES,
+    compare_runs,
+    describe,
+    find_row,
+    fmt_factor,
+    too_few_text,
+)
 from analysis.slo import Slos
 from analysis.summary import summarize
 from analysis.summary_format import fmt_ms
@@ -157,6 +168,8 @@ def _regression(cmp: dict[str, Any], metric: str, stat: str, tc: str, tol: float
     if r is None or r["ratio_ci"] is None:
         n = "" if r is None else f" (baseline {r['n_a']}, run {r['n_b']})"
         return False, f"{key}: too few requests to judge a regression{n}"
+    if r.get("tail") is not None and r["tail"] < MIN_TAIL:
+        return False, f"{key}: {too_few_text(r)}; gate a lower percentile or run longer"
     lo, hi = r["ratio_ci"]
     shown = f"{fmt_factor(r['ratio'])} [{fmt_factor(lo)}, {fmt_factor(hi)}] of baseline"
     change = f"{describe(metric, tc, stat)} {fmt_ms(r['a'])} -> {fmt_ms(r['b'])} ms"

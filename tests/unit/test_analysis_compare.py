@@ -46,8 +46,17 @@ def test_identical_runs_show_no_difference(tmp_path, run_a):
     run_b = shutil.copytree(run_a, tmp_path / "b")
     cmp = compare_runs(run_a, run_b, n_boot=N_BOOT)
     assert cmp["paired"] and "paired by (session_id, turn_index) over 360" in cmp["pairing"]
-    assert all("no significant difference" in v["text"] for v in cmp["verdicts"]), cmp["verdicts"]
-    assert all(r["significant"] is False and r["delta"] == 0 for r in cmp["rows"])
+    judged = [v for v in cmp["verdicts"] if v["significant"] is not None]
+    assert len(judged) == 5 and all("no significant difference" in v["text"] for v in judged), cmp["verdicts"]
+    # 120 first turns put 6 values beyond p95: shown, not judged
+    (first,) = [v for v in cmp["verdicts"] if v["significant"] is None]
+    assert (
+        first["text"] == "first-turn p95 TTFT: too few values beyond p95 to judge (6 of 120; p95 needs 200)"
+    )
+    assert all(r["delta"] == 0 for r in cmp["rows"])
+    assert all(
+        r["significant"] is (None if r["tail"] is not None and r["tail"] < 10 else False) for r in cmp["rows"]
+    )
     assert any("same target identity" in w for w in cmp["warnings"])
 
 
@@ -61,8 +70,12 @@ def test_a_real_cut_is_found_and_sized(tmp_path, run_a):
     row = find_row(cmp, "ttft", "follow-up", "p95")
     lo, hi = row["ratio_ci"]
     assert lo < 1 / 6.8 < hi and hi < 1 / 6
-    assert "no significant difference" in verdicts[("ttft", "first")]["text"]
+    assert "too few values beyond p95" in verdicts[("ttft", "first")]["text"]
     assert "no significant difference" in verdicts[("itl", "all")]["text"]
+    assert (
+        "p99 of 360 requests rest on under 10 values beyond them: shown, not judged (p99 needs 1,000)"
+        in cmp["warnings"]
+    )
     text = format_compare(cmp)
     assert "engine=old" in text and "engine=new" in text  # both identities shown
 
