@@ -47,6 +47,9 @@ MSG_DONE = "loadgen_done"
 
 START_LEAD_LOCAL_S = 0.2
 START_LEAD_DISTRIBUTED_S = 1.0
+# A worker taking over a lost slot sends the slot's arrivals from this long after the takeover:
+# its plan reaches it first, so none of them is sent late (late ones would count as schedule lag).
+TAKEOVER_LEAD_S = 0.5
 
 
 class LoadgenRuntime:
@@ -75,6 +78,7 @@ class LoadgenRuntime:
         self.finals: set[str] = set()
         self.done_workers: set[str] = set()
         self.lost: dict[str, dict[str, Any]] = {}
+        self.standby: list[str] = []  # connected during the run without a slot, in join order
         self._all_final = Event()
         self._greenlets: list[gevent.Greenlet] = []
         self._interval_start = 0.0
@@ -317,8 +321,10 @@ class LoadgenRuntime:
             d = self.driver
             return (d.sessions_started, len(d.in_flight.sessions), d.in_flight.requests) if d else (0, 0, 0)
         started = sum(s.get("started", 0) for s in self.worker_state.values())
-        sessions = sum(len(s.get("sessions", ())) for s in self.worker_state.values())
-        requests = sum(s.get("requests", 0) for s in self.worker_state.values())
+        # A lost worker's last state is not in flight any more: it is lost (run.json names it).
+        alive = [s for wid, s in self.worker_state.items() if wid not in self.lost]
+        sessions = sum(len(s.get("sessions", ())) for s in alive)
+        requests = sum(s.get("requests", 0) for s in alive)
         return started, sessions, requests
 
     # ---------------------------------------------------------------- master messages
@@ -340,6 +346,14 @@ class LoadgenRuntime:
     def _on_done(self, environment: Any, msg: Any, **_: Any) -> None:
         self._on_worker_report(msg.node_id, {"loadgen": msg.data})
         self.done_workers.add(msg.node_id)
+        self._stop_if_all_done()
+
+    def _stop_if_all_done(self) -> None:
+        """The run's planned end: every worker still holding a slot ran all its sessions.
+
+        Checked when a worker reports done and when one is lost: the others may have finished
+        before the loss was noticed (3 missed heartbeats), and nothing else would end the run.
+        """
         alive = self._expected_finals()
         if alive and alive <= self.done_workers and not self._stopping_requested:
             log.info("all workers finished their sessions")
@@ -350,21 +364,51 @@ class LoadgenRuntime:
         return {w for w in self.slots if w not in self.lost}
 
     def _on_worker_connect(self, client_id: str, **_: Any) -> None:
-        # A worker that joins or rejoins during a run takes over a lost slot, from now on.
+        """A worker joining during a run takes over a lost slot, or stands by for one.
+
+        The schedule's split over workers is fixed at the start (session k belongs to slot
+        k % n), so a worker that joins while every slot is held gets no arrivals: it stands by,
+        takes over the slot of the next worker lost, and gets a slot at the next test start.
+        """
         if self.config is None or self.writer is None or self._stopping_requested:
             return
-        free = sorted((info["slot"], wid) for wid, info in self.lost.items() if not info.get("replaced_by"))
-        if not free:
+        if client_id in self.slots or client_id in self.standby:  # Locust repeats client_ready after a stop
             return
+        if not self._take_over_lost_slot(client_id):
+            self.standby.append(client_id)
+            log.warning(
+                "worker %s joined during the run; every slot is held, so it stands by to take over a lost one",
+                client_id,
+            )
+            self._write_lost()
+
+    def _take_over_lost_slot(self, client_id: str) -> bool:
+        """Give ``client_id`` the lowest lost slot nobody took over; its arrivals from now on."""
+        free = sorted((info["slot"], wid) for wid, info in self.lost.items() if not info.get("replaced_by"))
+        if not free or self.config is None:
+            return False
         slot, old = free[0]
-        self.lost[old]["replaced_by"] = client_id
+        now_s = time.time() - self.t0_unix_s
+        start_s = max(0.0, now_s + TAKEOVER_LEAD_S)
+        self.lost[old].update(replaced_by=client_id, replaced_at_s=round(now_s, 3), arrivals_from_s=round(start_s, 3))
         self.slots[client_id] = slot
-        skip = max(0.0, time.time() - self.t0_unix_s)
         plan = Plan(self.config, len({*self.slots.values()}), slot, self.t0_unix_s).to_wire()
-        plan["skip_before_s"] = skip
-        gevent.spawn_later(0.2, self.env.runner.send_message, MSG_PLAN, plan, client_id)
-        log.warning("worker %s takes over slot %d from lost worker %s (arrivals after %.1fs)", client_id, slot, old, skip)
+        plan["skip_before_s"] = start_s
+        self.env.runner.send_message(MSG_PLAN, plan, client_id)
+        log.warning(
+            "worker %s takes over slot %d from lost worker %s (its arrivals from %.1fs)", client_id, slot, old, start_s
+        )
         self._write_lost()
+        return True
+
+    def _next_standby(self) -> str | None:
+        clients = self.env.runner.clients
+        while self.standby:
+            wid = self.standby.pop(0)
+            node = clients.get(wid)
+            if node is not None and node.state != STATE_MISSING:
+                return wid
+        return None
 
     def _watch_workers(self) -> None:
         while True:
@@ -380,8 +424,10 @@ class LoadgenRuntime:
         state = self.worker_state.get(wid, {})
         info = {
             "worker": wid,
+            "pid": state.get("pid"),
             "slot": self.slots.get(wid),
             "lost_at_s": round(time.time() - self.t0_unix_s, 3),
+            # As of its last report: sessions started after it are not named.
             "in_flight_sessions": sorted(state.get("sessions", [])),
         }
         self.lost[wid] = info
@@ -397,11 +443,18 @@ class LoadgenRuntime:
         if self.config is not None and self.config.on_worker_loss == "abort":
             self._abort_reason = f"worker {wid} lost and --on-worker-loss abort"
             self._request_stop()
+            return
+        standby = self._next_standby()
+        if standby is not None:
+            self._take_over_lost_slot(standby)
+        self._stop_if_all_done()
 
     def _write_lost(self) -> None:
         if self.writer is not None:
             self.writer.update_run(
-                lost_workers=list(self.lost.values()), workers=[{"id": w, "slot": s} for w, s in self.slots.items()]
+                lost_workers=list(self.lost.values()),
+                workers=[{"id": w, "slot": s} for w, s in self.slots.items()],
+                standby_workers=list(self.standby),
             )
 
     # ---------------------------------------------------------------- stop, verdict
@@ -502,6 +555,7 @@ class LoadgenRuntime:
         self.finals = set()
         self.done_workers = set()
         self.lost = {}
+        self.standby = []
         self._stopping_requested = False
         self._abort_reason: str | None = None
         self._planned_end = False
@@ -527,6 +581,7 @@ class LoadgenRuntime:
             "requests": d.in_flight.requests if d else 0,
             "requests_cancelled": d.requests_cancelled if d else 0,
             "sessions_cancelled": d.sessions_cancelled if d else 0,
+            "pid": os.getpid(),  # names the process when the worker is lost
             # The generator's own CPU, so a saturated client is never mistaken for a slow server.
             "cpu_s": round(time.process_time() - self._cpu_at_plan, 4),
             "wall_s": round(time.monotonic() - self._wall_at_plan, 4),

@@ -1,8 +1,12 @@
 """The run's verdict and exit code, decided after the final reports (DESIGN §5).
 
 Exit codes (headless): 0 pass; 1 request failures (Locust's convention); 3 a percentile SLO was
-missed; 4 the generator itself was saturated (schedule-lag p99 over ``--max-schedule-lag``), which
-makes every other number untrustworthy, so it wins; 2 is a usage error, decided earlier.
+missed; 4 the generator itself failed: it was saturated (schedule-lag p99 over
+``--max-schedule-lag``), which makes every other number untrustworthy, so it wins, or it lost a
+worker under ``--on-worker-loss abort``; 2 is a usage error, decided earlier.
+
+A worker lost under ``--on-worker-loss continue`` does not change the code (the user chose to go
+on without it), but the verdict line names the lost slots, since their last requests are missing.
 """
 
 from __future__ import annotations
@@ -36,8 +40,28 @@ class Verdict:
         return f"loadgen verdict: {word}: {self.reason}"
 
 
-def verdict_from_summary(summary: dict[str, Any], slos: list[str]) -> Verdict:
-    """Pure decision from a summary.json dict; see the module docstring for the order."""
+def verdict_from_summary(summary: dict[str, Any], slos: list[str], run_info: dict[str, Any] | None = None) -> Verdict:
+    """Pure decision from a summary.json dict (and run.json's, for lost workers); see the module docstring."""
+    info = run_info or {}
+    lost = info.get("lost_workers") or []
+    if lost and (info.get("config") or {}).get("on_worker_loss") == "abort":
+        return Verdict(
+            EXIT_GENERATOR_SATURATED,
+            f"generator failed: {_lost_text(lost)} and --on-worker-loss abort stopped the run; "
+            "its figures cover only part of the run",
+        )
+    verdict = _verdict(summary, slos)
+    if lost:
+        verdict.reason += f"; {_lost_text(lost)}, whose unreported requests are missing"
+    return verdict
+
+
+def _lost_text(lost: list[dict[str, Any]]) -> str:
+    slots = ", ".join(str(w.get("slot")) for w in lost)
+    return f"{len(lost)} worker{'s' if len(lost) != 1 else ''} lost (slot {slots})"
+
+
+def _verdict(summary: dict[str, Any], slos: list[str]) -> Verdict:
     from analysis.slo import evaluate_percentile_slos
 
     gen = summary.get("generator") or {}
@@ -77,4 +101,8 @@ def decide_verdict(run_dir: Path, config: Any, environment: Any) -> Verdict:
         return Verdict(EXIT_USAGE, f"could not summarise {run_dir}: {e}")
     print(format_summary(summary), flush=True)
     print(f"results: {run_dir}", flush=True)
-    return verdict_from_summary(summary, config.slos)
+    try:
+        run_info = orjson.loads((Path(run_dir) / "run.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        run_info = None
+    return verdict_from_summary(summary, config.slos, run_info)
