@@ -101,6 +101,7 @@ class LoadgenRuntime:
             ev.test_stopping.add_listener(self._on_test_stopping)
             ev.test_stop.add_listener(self._on_test_stop)
             ev.quitting.add_listener(self._on_quitting)
+            ev.quit.add_listener(self._on_quit)
             ev.reset_stats.add_listener(self._on_reset_stats)
         if self.role in ("master", "local") and getattr(self.env, "web_ui", None) is not None:
             from loadgen.webui import install_web_ui
@@ -540,6 +541,11 @@ class LoadgenRuntime:
             self._on_test_stop(environment)
         if self.verdict is not None:
             environment.process_exit_code = self.verdict.exit_code
+
+    def _on_quit(self, **_: Any) -> None:
+        # Printed here, not in quitting: Locust prints its own tables after quitting (when not
+        # given --json-file), and the verdict must be the last line a CI log shows.
+        if self.verdict is not None:
             print(self.verdict.line, file=sys.stderr, flush=True)
 
     def _on_reset_stats(self, **_: Any) -> None:
