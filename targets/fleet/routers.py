@@ -62,6 +62,9 @@ class RouterKind:
 
 # sglang-router 0.3.2 also has 'bucket' (prefill/decode only); vllm-router 0.1.17 also has
 # 'kv_aware', which needs engine KV events over ZMQ that simulated replicas do not publish.
+# vllm-router 0.1.17's cache_aware matches token ids, and it does not tokenize for HTTP workers:
+# every decision is counted as outcome="missing_tokens" and falls back to the least-loaded
+# worker, so it keeps no session on its replica (docs/routers.md).
 SGLANG = RouterKind(
     key="sglang",
     name="sglang-router",
@@ -86,7 +89,7 @@ VLLM = RouterKind(
     ),
     session_header="X-Session-ID",
     header_policies=frozenset({"consistent_hash", "sticky_least_loaded"}),
-    prefix_policies=frozenset({"cache_aware"}),
+    prefix_policies=frozenset(),
     policy_metric="vllm_router_policy_decisions_total",
 )
 ROUTER_KINDS: dict[str, RouterKind] = {k.key: k for k in (SGLANG, VLLM)}

@@ -110,7 +110,7 @@ def test_session_headers_and_affinity():
     assert SGLANG.affinity("cache_aware") == "prefix"
     assert SGLANG.affinity("round_robin") == "none"
     assert VLLM.affinity("consistent_hash") == "header"
-    assert VLLM.affinity("cache_aware") == "prefix"
+    assert VLLM.affinity("cache_aware") == "none"  # no tokens for HTTP workers: least loaded
     assert VLLM.affinity("power_of_two") == "none"
 
 
