@@ -19,9 +19,12 @@ from analysis.units import format_duration_us
 from loadgen.errors import UserError
 from loadgen.options import new_run_id
 from loadgen.run import RunOptions, run
+from loadgen.server_metrics import SERVER_METRICS_FILE
 
 AB_STATS = ("mean", "p50", "p95", "p99")
 AB_METRICS = ("ttft", "tpot", "itl", "e2e")
+# Counters of generation requests a replica received, by engine (the sim's; vLLM's and SGLang's).
+REPLICA_REQUEST_COUNTERS = ("sim:requests_total", "vllm:request_success_total", "sglang:num_requests_total")
 
 
 def parse_arms(text: str) -> list[tuple[str, str]]:
@@ -30,7 +33,9 @@ def parse_arms(text: str) -> list[tuple[str, str]]:
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, sep, router = part.partition("=")
         if not sep or not name.strip() or not router.strip():
-            raise UserError(f"--arms: {part!r} is not NAME=ROUTER; use e.g. rr=sglang:round_robin,ca=sglang:cache_aware")
+            raise UserError(
+                f"--arms: {part!r} is not NAME=ROUTER; use e.g. rr=sglang:round_robin,ca=sglang:cache_aware"
+            )
         arms.append((name.strip(), router.strip()))
     if len(arms) < 2:
         raise UserError("--arms needs at least two arms, e.g. rr=sglang:round_robin,ca=sglang:cache_aware")
@@ -43,7 +48,9 @@ def parse_arms(text: str) -> list[tuple[str, str]]:
 def run_ab(arms: list[tuple[str, str]], base: RunOptions) -> tuple[int, list[Path]]:
     """Run every arm; returns (worst exit code, results directories in arm order)."""
     if base.target:
-        raise UserError("loadgen ab starts a fresh fleet per arm; drop --target (or run each arm with 'loadgen run')")
+        raise UserError(
+            "loadgen ab starts a fresh fleet per arm; drop --target (or run each arm with 'loadgen run')"
+        )
     stem = base.run_id or new_run_id(base.workload)
     dirs: list[Path] = []
     worst = 0
@@ -56,7 +63,7 @@ def run_ab(arms: list[tuple[str, str]], base: RunOptions) -> tuple[int, list[Pat
     return worst, dirs
 
 
-def _load_summary(run_dir: Path) -> dict[str, Any]:
+def load_summary(run_dir: Path) -> dict[str, Any]:
     path = run_dir / SUMMARY_FILE
     if not path.exists():
         raise UserError(f"{run_dir}: no {SUMMARY_FILE}; the arm did not finish (see its output above)")
@@ -68,7 +75,9 @@ def _stat(summary: dict[str, Any], turn_class: str | None, metric: str, stat: st
     return ((group.get("metrics") or {}).get(metric) or {}).get(stat)
 
 
-def side_by_side(names: list[str], summaries: list[dict[str, Any]], metrics: tuple[str, ...] = ("ttft",)) -> str:
+def side_by_side(
+    names: list[str], summaries: list[dict[str, Any]], metrics: tuple[str, ...] = ("ttft",)
+) -> str:
     """A table: rows (metric, turn class, stat), a column per arm, and B/A ratios against the first arm."""
     base_name = names[0]
     header = ["metric", "turns", "stat", *names, *[f"{n}/{base_name}" for n in names[1:]]]
@@ -91,9 +100,27 @@ def side_by_side(names: list[str], summaries: list[dict[str, Any]], metrics: tup
                     ]
                 )
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(str(c).rjust(w) if i > 2 else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines = [
+        "  ".join(
+            str(c).rjust(w) if i > 2 else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def follow_up_ttft_factors(
+    base: dict[str, Any], other: dict[str, Any], stats: tuple[str, ...] = ("mean", "p95")
+) -> dict[str, float | None]:
+    """stat -> how many times lower ``other``'s follow-up-turn TTFT is than ``base``'s (above 1:
+    lower; None when either arm has no follow-up turns)."""
+    out: dict[str, float | None] = {}
+    for stat in stats:
+        a, b = _stat(base, "follow-up", "ttft", stat), _stat(other, "follow-up", "ttft", stat)
+        out[stat] = a / b if a and b else None
+    return out
 
 
 def headline(names: list[str], summaries: list[dict[str, Any]]) -> str:
@@ -106,13 +133,43 @@ def headline(names: list[str], summaries: list[dict[str, Any]]) -> str:
             b = _stat(s, "follow-up", "ttft", stat)
             if a and b:
                 factor, word = (a / b, "lower") if b <= a else (b / a, "higher")
-                parts.append(f"{stat} {factor:.1f}x {word} ({format_duration_us(a * 1000)} -> {format_duration_us(b * 1000)})")
+                parts.append(
+                    f"{stat} {factor:.1f}x {word} ({format_duration_us(a * 1000)} -> {format_duration_us(b * 1000)})"
+                )
         if parts:
             out.append(f"{name} vs {names[0]}: follow-up-turn TTFT " + ", ".join(parts))
     return "\n".join(out)
 
 
+def _replica_line(run_dir: Path) -> str | None:
+    """``replica-0 19 requests (prefix-cache hits 76%), replica-1 18 (78%)`` from
+    server-metrics.json (each replica's /metrics before and after the run); None without it."""
+    path = run_dir / SERVER_METRICS_FILE
+    if not path.exists():
+        return None
+    parts = []
+    for name, entry in orjson.loads(path.read_bytes()).items():
+        if name == "router" or "during_run" not in entry:
+            continue
+        counters = entry.get("counters") or {}
+        served = sum(v for k, v in counters.items() if k.split("{", 1)[0] in REPLICA_REQUEST_COUNTERS)
+        hit_rate = (entry.get("during_run") or {}).get("prefix_cache_hit_rate")
+        hits = "" if hit_rate is None else f" (prefix-cache hits {hit_rate:.0%})"
+        parts.append(f"{name} {served:.0f} requests{hits}")
+    return ", ".join(parts) or None
+
+
+def replica_lines(names: list[str], dirs: list[Path]) -> str:
+    """Per arm, how the router spread the requests and how often each replica's cache hit."""
+    lines = [(name, _replica_line(d)) for name, d in zip(names, dirs, strict=True)]
+    width = max(len(n) for n in names)
+    return "\n".join(f"{name.ljust(width)}  {line}" for name, line in lines if line)
+
+
 def report_ab(names: list[str], dirs: list[Path]) -> str:
-    summaries = [_load_summary(d) for d in dirs]
+    summaries = [load_summary(d) for d in dirs]
     text = side_by_side(names, summaries, AB_METRICS[:1])
+    spread = replica_lines(names, dirs)
+    if spread:
+        text += "\n\nrequests per replica (from each replica's /metrics)\n" + spread
     return f"{text}\n\n{headline(names, summaries)}\nresults: " + ", ".join(str(d) for d in dirs)
