@@ -143,6 +143,8 @@ class LoadgenRuntime:
         lead = START_LEAD_LOCAL_S if self.role == "local" else START_LEAD_DISTRIBUTED_S
         self.t0_unix_s = time.time() + lead
         self.t_end_unix_s = None
+        if self.live_view is not None:
+            self.live_view.invalidate()
         self._interval_start = self.t0_unix_s
         run_dir = Path(cfg.results_dir) / cfg.run_id
         self.last_run_dir = run_dir
@@ -489,6 +491,8 @@ class LoadgenRuntime:
         self._greenlets = []
         self._collect()
         self.t_end_unix_s = time.time()
+        if self.live_view is not None:
+            self.live_view.invalidate()  # the final numbers at once, not a snapshot from before the end
         cancelled = self._cancelled_counts()
         if not self._planned_end and not self._abort_reason:
             # Stopped by a signal, the UI's stop button or Locust's --run-time before the run's

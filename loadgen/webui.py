@@ -27,6 +27,10 @@ def _ms(value_us: float | None) -> float | None:
     return None if value_us is None else round(value_us / 1000.0, 2)
 
 
+def _per_s(count: float, window_s: float) -> float:
+    return round(count / window_s, 1) if window_s > 0 else 0.0
+
+
 class LiveView:
     """Live numbers for the UI, from the runtime's merged histograms (cached for one second)."""
 
@@ -36,9 +40,13 @@ class LiveView:
         self.history: list[dict[str, Any]] = []
         self._reset_unix_s = 0.0  # rates count from the run's start or the last reset, if later
 
+    def invalidate(self) -> None:
+        """Recompute at the next request: the run started or ended, or the numbers were reset."""
+        self._cache = None
+
     def reset(self) -> None:
         """The UI's reset button: the next snapshot starts from zero (not from a cached one)."""
-        self._cache = None
+        self.invalidate()
         self.history = []
         self._reset_unix_s = time.time()
 
@@ -76,13 +84,16 @@ class LiveView:
             ("sessions in flight", sessions),
             ("requests on the wire", on_wire),
             ("requests done", agg.requests),
-            ("output tokens/s", round(agg.output_tokens / window, 1) if window > 0 else 0),
-            ("input tokens/s", round(agg.prompt_tokens / window, 1) if window > 0 else 0),
+            ("requests/s", _per_s(agg.requests, window)),
+            ("output tokens/s", _per_s(agg.output_tokens, window)),
+            ("input tokens/s", _per_s(agg.prompt_tokens, window)),
             ("errors", sum(agg.errors.values())),
         ]
         run += [(f"errors: {k}", v) for k, v in sorted(agg.errors.items())]
         if agg.slo_total:
+            # Per-request SLOs (--slo ttft=1s,...): goodput is the rate of requests meeting all.
             run.append(("SLO attainment", f"{100.0 * agg.slo_met / agg.slo_total:.1f}%"))
+            run.append(("goodput (req/s)", _per_s(agg.slo_met, window)))
         data = {
             "percentiles": rows,
             "run": [{"key": k, "value": str(v)} for k, v in run],

@@ -139,7 +139,7 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             form = {
                 "user_count": "1", "spawn_rate": "1", "host": proc.url,
                 "workload": "tiny", "rate": "20", "duration": "3s", "seed": "7", "run_id": "ui",
-                "max_schedule_lag": "10s",
+                "max_schedule_lag": "10s", "slo": "ttft=10s",
             }  # fmt: skip
             r = ui.post(f"{base}/swarm", data=form, timeout=10)
             assert r.json()["success"], r.text
@@ -162,10 +162,14 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             live = ui.get(f"{base}/loadgen/live.json", timeout=5).json()
             assert _llm_rows(live)[("ttft", "all")]["count"] == n_ok
             # The run is over: its elapsed time and rates stay put.
-            elapsed = {row["key"]: row["value"] for row in live["run"]}["elapsed"]
+            run_tab = {row["key"]: row["value"] for row in live["run"]}
             time.sleep(1.2)
             again = {row["key"]: row["value"] for row in ui.get(f"{base}/loadgen/live.json", timeout=5).json()["run"]}
-            assert again["elapsed"] == elapsed
+            assert again["elapsed"] == run_tab["elapsed"] and again["requests/s"] == run_tab["requests/s"]
+            # Every request met the per-request SLO (ttft <= 10 s): goodput is the request rate.
+            assert run_tab["requests done"] == str(len(recs)) and n_ok == len(recs)
+            assert run_tab["SLO attainment"] == "100.0%"
+            assert float(run_tab["goodput (req/s)"]) == float(run_tab["requests/s"]) > 0
 
             # The LLM tab in a real browser: the table Locust's UI renders from /stats/requests.
             login = f"{base}/login_submit?username={USER}&password={PASSWORD}&next="
