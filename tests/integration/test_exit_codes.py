@@ -18,8 +18,6 @@ from loadgen.run import LOCUSTFILE
 
 from .runs import loadgen, sim
 
-pytestmark = pytest.mark.slow
-
 NO_LAG_BOUND = ("--max-schedule-lag", "10s")
 
 
@@ -36,6 +34,7 @@ def _verdict(r: subprocess.CompletedProcess) -> str:
     return lines[-1]
 
 
+@pytest.mark.slow
 def test_exit_codes_0_3_and_4_with_the_verdict_last(tmp_path) -> None:
     with sim(tmp_path, "--profile", "tiny", "--seed", "1") as (proc, _):
         ok = _run(proc.url, tmp_path / "ok", "--slo", "ttft_p99=10s", *NO_LAG_BOUND)
@@ -56,6 +55,7 @@ def test_exit_codes_0_3_and_4_with_the_verdict_last(tmp_path) -> None:
     assert "SLO" not in _verdict(sat)
 
 
+@pytest.mark.slow
 def test_exit_code_1_for_request_failures(tmp_path) -> None:
     # The sim's fault draws are seeded: with seed 2 the first request (loadgen's preflight) is
     # served and 8 of the next 19 get a 500.
