@@ -13,8 +13,8 @@ What decides the size of the effect (measured; docs/routers.md has the figures):
 * **Whose prefix it is.** cache_aware sends a request to the replica whose radix tree matches at
   least 30% of its text. A product prompt shared by many sessions that makes up most of a first
   request pins the whole *product* to one replica, and with 8 agents the balance thresholds (64
-  requests in flight) never act: the replicas get 3 products against 1 and queue for their 4
-  slots. So each demo session opens with its own 1-2k-token task under a short shared prompt;
+  requests in flight) never act: the replicas get uneven shares and the busier one queues for
+  its 4 slots. So each demo session opens with its own 1-2k-token task under a short shared prompt;
   new sessions then go to the less loaded replica and every later turn follows its own prefix.
 * **What a miss costs.** A replica's prefix cache (65,536 tokens, LRU) keeps every conversation
   of the demo: nothing is evicted. Round-robin therefore pays for a session's own context on
@@ -22,9 +22,9 @@ What decides the size of the effect (measured; docs/routers.md has the figures):
   large shared prompt would be cached on both replicas and make misses cheap.
 * **New sessions in the middle of the run.** Each first turn prefills 1-2k tokens (0.2-0.4 s
   at laptop speed) in steps that stall every request batched with it. Running more sessions
-  than agents starts them while other sessions' follow-ups are in flight, which lifts
-  cache_aware's p95 as much as round-robin's; eight sessions for eight agents, as published,
-  keep the first turns at the start.
+  than agents starts them while other sessions' follow-ups are in flight (32 sessions lifted
+  cache_aware's follow-up p95 from 72 to 272 ms); eight sessions for eight agents, as
+  published, keep the first turns at the start.
 
 The follow-up turns that stay on their replica still prefill their new message (a 100-400-token
 tool result takes 16-64 ms), which sets cache_aware's floor of about 40 ms.
