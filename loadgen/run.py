@@ -183,7 +183,8 @@ def _die_with_parent() -> None:
 def run_locust(argv: list[str]) -> int:
     """Run Locust with ``argv`` in a child process; forward SIGINT/SIGTERM; return its exit code."""
     cmd = [sys.executable, "-m", "locust", "-f", LOCUSTFILE, *argv]
-    proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent)
+    # stdin: Locust reads keys (w, s, ...) from a terminal; a run never takes input that way.
+    proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
 
     def forward(signum: int, _frame: Any) -> None:
         if proc.poll() is None:
