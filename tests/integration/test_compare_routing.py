@@ -129,7 +129,7 @@ def test_the_gate_fails_a_real_regression_and_passes_noise(runs):
     assert "FAIL  ttft_p99: too few values beyond p99 to judge (1.3 of 130; p99 needs 1,000); gate a lower percentile or run longer" in tail.stdout
 
 
-def test_markdown_json_svg_and_html_outputs(runs, tmp_path, chromium, artifacts_dir):
+def test_markdown_json_svg_and_html_outputs(runs, tmp_path):
     md = _compare(runs["rr"], runs["ca"], "--md").stdout
     assert md.startswith("## loadgen compare\n") and "| metric | turns | stat | A | B |" in md
     assert "follow-up-turn p95 TTFT: too few values beyond p95" in md
@@ -138,10 +138,17 @@ def test_markdown_json_svg_and_html_outputs(runs, tmp_path, chromium, artifacts_
     assert f"svg: {svg}" in r.stdout and f"report: {html}" in r.stdout
     root = ET.fromstring(svg.read_text())
     assert root.tag.endswith("svg") and "TTFT CDF, follow-up turns" in svg.read_text()
+    assert html.read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.browser
+def test_the_compare_report_renders_in_chromium_with_every_plot(runs, tmp_path, chromium, artifacts_dir):
+    html = tmp_path / "compare.html"
+    _compare(runs["rr"], runs["ca"], "--stat", "p90", "--html", html)
     dom = open_in_chromium(chromium, html, artifacts_dir, "report-compare", height=2600)
     sections = svgs_by_section(dom)
     assert sections["cdf"] == 6 and {"verdicts", "runs", "table", "overview"} <= set(sections), sections
-    assert "too few values beyond p95" in dom and "policy=cache_aware" in dom and "B lower" in dom
+    assert "B cuts follow-up-turn p90 TTFT" in dom and "policy=cache_aware" in dom and "B lower" in dom
 
 
 def test_runs_of_different_seeds_are_refused_unless_forced(runs, tmp_path):

@@ -35,17 +35,23 @@ def _sweep(results: Path, run_id: str, *args: str) -> tuple[dict, str]:
     return orjson.loads((results / run_id / "sweep.json").read_bytes()), r.stdout
 
 
-def test_bisection_matches_a_dense_grid_within_one_step(tmp_path, chromium, artifacts_dir, capsys):
-    results = tmp_path / "results"
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory) -> dict:
+    results = tmp_path_factory.mktemp("sweeps")
     dense, dense_out = _sweep(results, "grid", "--rates", "8,10,12,14,16")
     found, found_out = _sweep(results, "search", "--search", "--min-rate", f"{LO:g}", "--max-rate", f"{HI:g}",
                               "--steps", str(STEPS))  # fmt: skip
+    return {"results": results, "grid": dense, "grid_out": dense_out, "search": found, "search_out": found_out}
+
+
+def test_bisection_matches_a_dense_grid_within_one_step(sweeps, capsys):
+    results, dense, found, found_out = sweeps["results"], sweeps["grid"], sweeps["search"], sweeps["search_out"]
     assert dense["status"] == found["status"] == "complete"
     assert dense["method"] == "grid" and found["method"] == "bisect"
     assert [p["rate_per_s"] for p in dense["points"]] == [8, 10, 12, 14, 16]
     assert len(found["points"]) == 2 + STEPS
     grid_max, search_max = dense["max_rate_per_s"], found["max_rate_per_s"]
-    assert grid_max is not None and 8 <= grid_max < 16, dense_out  # the SLO binds inside the grid
+    assert grid_max is not None and 8 <= grid_max < 16, sweeps["grid_out"]  # the SLO binds inside the grid
     assert search_max is not None and abs(search_max - grid_max) <= STEP, (grid_max, search_max, found_out)
 
     # every point is a complete results directory with its own summary
@@ -61,14 +67,19 @@ def test_bisection_matches_a_dense_grid_within_one_step(tmp_path, chromium, arti
     assert f"max rate holding the SLOs: {search_max:g}/s; there goodput " in found_out
     assert "output tokens/$" in found_out
     assert found["slo_applied"] == "ttft_p99=100ms,ttft=100ms"  # goodput counts requests under the TTFT limit
-
-    dom = open_in_chromium(chromium, results / "search" / "sweep.html", artifacts_dir, "report-sweep", height=1800)
-    plots = svgs_by_section(dom)["sweep-plots"]
-    assert plots == 6, plots  # ttft, itl, tpot, e2e vs rate; throughput and goodput; tokens per dollar
-    assert f"max rate {search_max:g} sessions/s" in dom
     with capsys.disabled():
         print(f"\n[sweep] grid 8..16 by 2: max {grid_max:g}/s; bisection [{LO:g}, {HI:g}] in {STEPS} steps: "
               f"max {search_max:g}/s ({len(found['points'])} runs)")  # fmt: skip
+
+
+@pytest.mark.browser
+def test_the_sweep_report_renders_in_chromium_with_every_plot(sweeps, chromium, artifacts_dir):
+    page = sweeps["results"] / "search" / "sweep.html"
+    dom = open_in_chromium(chromium, page, artifacts_dir, "report-sweep", height=1800)
+    plots = svgs_by_section(dom)["sweep-plots"]
+    assert plots == 6, plots  # ttft, itl, tpot, e2e vs rate; throughput and goodput; tokens per dollar
+    assert f"max rate {sweeps['search']['max_rate_per_s']:g} sessions/s" in dom
+    assert "rate-4" in dom and "<script" not in dom
 
 
 def test_sweep_flags_are_checked_before_any_run(tmp_path):
