@@ -85,6 +85,7 @@ class LoadgenRuntime:
         self._cpu_at_plan = time.process_time()
         self._wall_at_plan = time.monotonic()
         self._stopping_requested = False
+        self._quit_requested = False
         self._abort_reason = None
         self._planned_end = False
         self.verdict: Verdict | None = None
@@ -278,10 +279,13 @@ class LoadgenRuntime:
         if self._stopping_requested:
             return
         self._stopping_requested = True
-        headless = bool(getattr(self.env.parsed_options, "headless", False))
         runner = self.env.runner
+        self._quit_requested = self._headless()
         # Outside the caller's greenlet: quit() kills greenlets, possibly the caller's own.
-        gevent.spawn(runner.quit if headless else runner.stop)
+        gevent.spawn(runner.quit if self._quit_requested else runner.stop)
+
+    def _headless(self) -> bool:
+        return bool(getattr(self.env.parsed_options, "headless", False))
 
     def _fatal(self, message: str, code: int) -> None:
         log.error("%s", message)
@@ -416,12 +420,16 @@ class LoadgenRuntime:
     def _watch_workers(self) -> None:
         while True:
             gevent.sleep(1.0)
-            for wid, node in list(self.env.runner.clients.items()):
-                if wid in self.slots and node.state == STATE_MISSING and wid not in self.lost:
-                    self._mark_lost(wid)
-            for wid in self.slots:
-                if wid not in self.env.runner.clients and wid not in self.lost and wid not in self.finals:
-                    self._mark_lost(wid)
+            self._check_workers()
+
+    def _check_workers(self) -> None:
+        """Mark slot holders Locust found missing (3 missed heartbeats) or dropped as lost."""
+        for wid, node in list(self.env.runner.clients.items()):
+            if wid in self.slots and node.state == STATE_MISSING and wid not in self.lost:
+                self._mark_lost(wid)
+        for wid in list(self.slots):
+            if wid not in self.env.runner.clients and wid not in self.lost and wid not in self.finals:
+                self._mark_lost(wid)
 
     def _mark_lost(self, wid: str) -> None:
         state = self.worker_state.get(wid, {})
@@ -450,6 +458,10 @@ class LoadgenRuntime:
         standby = self._next_standby()
         if standby is not None:
             self._take_over_lost_slot(standby)
+        if not self._expected_finals():
+            self._abort_reason = "every worker was lost"
+            self._request_stop()
+            return
         self._stop_if_all_done()
 
     def _write_lost(self) -> None:
@@ -466,6 +478,10 @@ class LoadgenRuntime:
             return
         self._stopping_requested = True
         deadline = self.config.stop_timeout_s
+        if self.role == "master":
+            # Locust stops the test itself when its last worker goes missing, maybe before our
+            # watch loop looked: mark the losses now, so run.json and the verdict name them.
+            self._check_workers()
         if self.role == "local":
             if self.driver is not None:
                 self.driver.drain(deadline)
@@ -514,6 +530,11 @@ class LoadgenRuntime:
             self.progress.finish()
         run_dir, self.writer = self.writer.dir, None
         self.verdict = decide_verdict(run_dir, self.config, self.env)
+        if self.role == "master" and self._headless() and not self._quit_requested and not self._expected_finals():
+            # Stopped by Locust, not by us, because its last worker went missing: headless,
+            # nothing else would ever end the process.
+            self._quit_requested = True
+            gevent.spawn(self.env.runner.quit)
 
     def _generator_cpu(self) -> dict[str, Any]:
         """Each worker's CPU seconds and share of one core over its part of the run."""
@@ -567,6 +588,7 @@ class LoadgenRuntime:
         self.lost = {}
         self.standby = []
         self._stopping_requested = False
+        self._quit_requested = False
         self._abort_reason: str | None = None
         self._planned_end = False
         self.verdict = None

@@ -3,7 +3,7 @@
 Exit codes (headless): 0 pass; 1 request failures (Locust's convention); 3 a percentile SLO was
 missed; 4 the generator itself failed: it was saturated (schedule-lag p99 over
 ``--max-schedule-lag``), which makes every other number untrustworthy, so it wins, or it lost a
-worker under ``--on-worker-loss abort``; 2 is a usage error, decided earlier.
+worker under ``--on-worker-loss abort``, or lost every worker; 2 is a usage error, decided earlier.
 
 A worker lost under ``--on-worker-loss continue`` does not change the code (the user chose to go
 on without it), but the verdict line names the lost slots, since their last requests are missing.
@@ -44,6 +44,12 @@ def verdict_from_summary(summary: dict[str, Any], slos: list[str], run_info: dic
     """Pure decision from a summary.json dict (and run.json's, for lost workers); see the module docstring."""
     info = run_info or {}
     lost = info.get("lost_workers") or []
+    slot_holders = {w.get("id") for w in info.get("workers") or []}
+    if lost and slot_holders and slot_holders <= {w.get("worker") for w in lost}:
+        return Verdict(
+            EXIT_GENERATOR_SATURATED,
+            f"generator failed: every worker was lost (slot {_slots(lost)}); the figures cover only part of the run",
+        )
     if lost and (info.get("config") or {}).get("on_worker_loss") == "abort":
         return Verdict(
             EXIT_GENERATOR_SATURATED,
@@ -57,8 +63,11 @@ def verdict_from_summary(summary: dict[str, Any], slos: list[str], run_info: dic
 
 
 def _lost_text(lost: list[dict[str, Any]]) -> str:
-    slots = ", ".join(str(w.get("slot")) for w in lost)
-    return f"{len(lost)} worker{'s' if len(lost) != 1 else ''} lost (slot {slots})"
+    return f"{len(lost)} worker{'s' if len(lost) != 1 else ''} lost (slot {_slots(lost)})"
+
+
+def _slots(lost: list[dict[str, Any]]) -> str:
+    return ", ".join(str(w.get("slot")) for w in lost)
 
 
 def _verdict(summary: dict[str, Any], slos: list[str]) -> Verdict:

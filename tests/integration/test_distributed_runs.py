@@ -31,13 +31,27 @@ from .runs import LOADGEN, loadgen, records, sim, truth
 pytestmark = pytest.mark.slow
 
 SEED = 3
+# The H200 profile: ~3 ms a token, 1,024 sequences and 4,096 waiting, so no request is ever
+# refused (a 429 would make a session incomplete for a reason that is not under test).
+H200 = ("--profile", "h200-llama3-8b-fp8")
+# The tiny workload's sessions, with agents that think ~0.5 s between turns: a worker then always
+# has sessions in flight (about 10 per worker at 20 sessions/s) while the server stays idle.
+THINKING_WORKLOAD = """\
+name: tiny-thinking
+description: The tiny workload with half-second pauses between turns.
+system_prompt_tokens: 20
+turns: {dist: uniform, low: 2, high: 3}
+user_tokens: {dist: uniform, low: 10, high: 30}
+output_tokens: 16
+think_time: {dist: uniform, low: 400ms, high: 600ms}
+"""
 # These tests check data (counts, sets, histograms), not timing: a test machine busy with other
 # work must not turn a verdict into "generator saturated" (exit 4), which tests of their own cover.
 NO_LAG_BOUND = ("--max-schedule-lag", "10s")
 
 
-def _turns_per_session(seed: int, n: int) -> dict[int, int]:
-    wl = load_workload("tiny")
+def _turns_per_session(seed: int, n: int, workload: str = "tiny") -> dict[int, int]:
+    wl = load_workload(workload)
     return {k: len(wl.session(seed, k).turns) for k in range(n)}
 
 
@@ -112,10 +126,12 @@ def _processes() -> Iterator[list[subprocess.Popen]]:
                 p.wait(timeout=10)
 
 
-def _master_args(url: str, port: int, results: Path, run_id: str, workers: int, *extra: str) -> list[str]:
+def _master_args(
+    url: str, port: int, results: Path, run_id: str, workers: int, *extra: str, workload: str = "tiny"
+) -> list[str]:
     return [
         "master", "--headless", "--expect-workers", str(workers), "--master-port", str(port),
-        "--target", url, "--workload", "tiny", "--seed", str(SEED), "--results", str(results),
+        "--target", url, "--workload", workload, "--seed", str(SEED), "--results", str(results),
         "--run-id", run_id, *NO_LAG_BOUND, *extra,
     ]  # fmt: skip
 
@@ -158,13 +174,13 @@ def _sleep_until_unix(t: float) -> None:
     time.sleep(max(0.0, t - time.time()))
 
 
-def test_three_workers_merge_exactly_run_every_session_once_and_match_one_worker(tmp_path) -> None:
+def test_three_workers_merge_exactly_run_every_session_once_and_match_one_worker(tmp_path, capsys) -> None:
     n = 300
     turns = _turns_per_session(SEED, n)
     load = ["--rate", "80", "--num-sessions", str(n)]
     common = ["--workload", "tiny", *load, "--seed", str(SEED), *NO_LAG_BOUND]
     runs: dict[str, tuple[Path, list[RequestRecord]]] = {}
-    with sim(tmp_path, "--profile", "tiny", "--seed", "1") as (proc, truth_log):
+    with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log):
         for name, workers in (("one", 1), ("three", 3)):
             results = tmp_path / name
             r = loadgen("run", "--target", proc.url, *common, "--workers", str(workers),
@@ -204,15 +220,17 @@ def test_three_workers_merge_exactly_run_every_session_once_and_match_one_worker
     one = signature(runs["one"][1])
     assert signature(runs["three"][1]) == one
     assert signature(runs["mw"][1]) == one
+    with capsys.disabled():
+        print(f"\n[distributed] {n} sessions, {len(one)} requests each with 1, 3 and master + 3 workers: identical")
 
 
-def test_a_stop_mid_run_loses_no_recorded_request(tmp_path) -> None:
-    # The sim slowed 20x: a request streams for ~0.5 s, so requests are on the wire at the stop,
-    # and a 0.2 s stop timeout cuts some of them.
+def test_a_stop_mid_run_loses_no_recorded_request(tmp_path, capsys) -> None:
+    # The sim slowed 20x: a request streams for ~1 s, so about 20 requests are on the wire at the
+    # stop, and a 0.2 s stop timeout cuts most of them.
     results = tmp_path / "results"
-    with sim(tmp_path, "--profile", "tiny", "--time-scale", "20", "--seed", "2") as (proc, truth_log):
+    with sim(tmp_path, *H200, "--time-scale", "20", "--seed", "2") as (proc, truth_log):
         r = loadgen(
-            "run", "--target", proc.url, "--workload", "tiny", "--rate", "6", "--duration", "3s",
+            "run", "--target", proc.url, "--workload", "tiny", "--rate", "8", "--duration", "3s",
             "--stop-timeout", "0.2s", "--seed", "2", "--workers", "3", "--results", str(results), "--run-id", "st",
             *NO_LAG_BOUND,
         )  # fmt: skip
@@ -242,17 +260,25 @@ def test_a_stop_mid_run_loses_no_recorded_request(tmp_path) -> None:
     by_session = Counter(r.session_index for r in recs)
     turns = _turns_per_session(2, max(by_session) + 1)
     assert all(c <= turns[k] for k, c in by_session.items())
+    with capsys.disabled():
+        print(
+            f"\n[stop] {len(recs)} recorded, {len(served)} served by the sim, {len(unrecorded)} cut by the stop; "
+            f"cancelled_at_stop {cancelled}"
+        )
 
 
-def test_a_worker_killed_mid_run_is_reported_and_the_others_data_is_complete(tmp_path) -> None:
-    # 120 sessions over ~2 s; one worker is SIGKILLed 1 s in. The other two finish their
-    # sessions before the master can notice the loss (3 missed heartbeats): the run must
-    # still end, by itself, as soon as it does.
+def test_a_worker_killed_mid_run_is_reported_and_the_others_data_is_complete(tmp_path, capsys) -> None:
+    # 120 sessions arrive over ~2 s and last ~1 s; one worker is SIGKILLed 1 s in. The other two
+    # finish their sessions (by ~3.5 s) before the master can notice the loss (3 missed
+    # heartbeats, >= 4 s): the run must still end, by itself, as soon as it does.
     n, port, results = 120, free_port(), tmp_path / "results"
-    turns = _turns_per_session(SEED, n)
-    with sim(tmp_path, "--profile", "tiny", "--seed", "1") as (proc, truth_log), _processes() as procs:
+    workload = tmp_path / "tiny-thinking.yaml"
+    workload.write_text(THINKING_WORKLOAD)
+    turns = _turns_per_session(SEED, n, str(workload))
+    with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log), _processes() as procs:
         master_log = tmp_path / "master.log"
-        procs.append(_start(_master_args(proc.url, port, results, "k", 3, "--rate", "60", "--num-sessions", str(n)), master_log))
+        args = _master_args(proc.url, port, results, "k", 3, "--rate", "60", "--num-sessions", str(n), workload=str(workload))
+        procs.append(_start(args, master_log))
         workers = [_start(_worker_args(port), tmp_path / f"worker{i}.log") for i in range(3)]
         procs += workers
         info = _wait_for(lambda: _started_run(results / "k"), 60, "the run to start")
@@ -291,22 +317,28 @@ def test_a_worker_killed_mid_run_is_reported_and_the_others_data_is_complete(tmp
     assert served_survivors == {r.request_id for r in recs if r.session_index % 3 != lost["slot"]}
     # The lost slot: the sessions named as in flight belong to it and are incomplete in the records.
     assert lost["in_flight_sessions"], "the victim was killed with sessions in flight"
-    wl = load_workload("tiny")
+    wl = load_workload(str(workload))
     ids = {wl.session(SEED, k).session_id: k for k in range(n)}
     for sid in lost["in_flight_sessions"]:
         k = ids[sid]
         assert k % 3 == lost["slot"]
         assert len(by_session.get(k, [])) < turns[k]
     assert all(r.worker != lost["worker"] or r.session_index % 3 == lost["slot"] for r in recs)
+    survivors_end_s = max(r.t_end_us for r in recs if r.session_index % 3 != lost["slot"]) / 1e6
+    with capsys.disabled():
+        print(
+            f"\n[worker lost] killed at 1.0 s, noticed at {lost['lost_at_s']} s with "
+            f"{len(lost['in_flight_sessions'])} sessions in flight; the others finished at {survivors_end_s:.2f} s"
+        )
 
 
-def test_a_late_worker_stands_by_and_takes_over_a_lost_workers_slot(tmp_path) -> None:
+def test_a_late_worker_stands_by_and_takes_over_a_lost_workers_slot(tmp_path, capsys) -> None:
     # The master expects 2 workers; a third joins after the start. No slot is free, so it stands
     # by; when a worker is then SIGKILLed, the standby takes over its slot and sends its arrivals.
     # 480 sessions at 40/s: arrivals go on for 12 s, well past the loss being noticed (~4 s).
     n, port, results = 480, free_port(), tmp_path / "results"
     turns = _turns_per_session(SEED, n)
-    with sim(tmp_path, "--profile", "tiny", "--seed", "1") as (proc, truth_log), _processes() as procs:
+    with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log), _processes() as procs:
         master_log = tmp_path / "master.log"
         procs.append(_start(_master_args(proc.url, port, results, "late", 2, "--rate", "40", "--num-sessions", str(n)), master_log))
         workers = [_start(_worker_args(port), tmp_path / f"worker{i}.log") for i in range(2)]
@@ -344,3 +376,30 @@ def test_a_late_worker_stands_by_and_takes_over_a_lost_workers_slot(tmp_path) ->
     assert all({r.worker for r in by_session[k]} == {standby} for k in after)
     assert all(sim_truth[r.request_id]["outcome"] == "ok" for r in recs)
     assert len({r.request_id for r in recs}) == len(recs) == info["requests_recorded"]
+    with capsys.disabled():
+        print(
+            f"\n[late worker] lost at {lost['lost_at_s']} s, taken over at {lost['replaced_at_s']} s; "
+            f"the standby ran {len(after)} sessions ({len(taken)} requests) from {start_s} s"
+        )
+
+
+def test_a_headless_master_whose_every_worker_is_lost_ends_with_exit_4(tmp_path) -> None:
+    # Locust stops the test when its last worker goes missing; a headless master must then quit
+    # by itself (not wait for a signal) and say that the generator failed.
+    port, results = free_port(), tmp_path / "results"
+    with sim(tmp_path, *H200, "--seed", "1") as (proc, _), _processes() as procs:
+        master_log = tmp_path / "master.log"
+        procs.append(_start(_master_args(proc.url, port, results, "gone", 1, "--rate", "30", "--num-sessions", "300"), master_log))
+        worker = _start(_worker_args(port), tmp_path / "worker.log")
+        procs.append(worker)
+        info = _wait_for(lambda: _started_run(results / "gone"), 60, "the run to start")
+        victim = _locust_child(worker)
+        _sleep_until_unix(info["t0_unix_s"] + 0.5)
+        os.kill(victim, signal.SIGKILL)
+        assert procs[0].wait(timeout=60) == 4, master_log.read_text()[-3000:]
+        out = master_log.read_text()
+    info = _run_info(results / "gone")
+    assert info["status"] == "aborted" and info["abort_reason"] == "every worker was lost"
+    assert [w["pid"] for w in info["lost_workers"]] == [victim]
+    assert _last_line(out).startswith("loadgen verdict: FAIL (exit 4): generator failed: every worker was lost")
+    assert len(records(results / "gone")) == info["requests_recorded"]

@@ -74,3 +74,14 @@ def test_a_run_aborted_by_a_lost_worker_exits_4() -> None:
     assert v.reason.startswith("generator failed: 1 worker lost (slot 1) and --on-worker-loss abort")
     # Without a loss, --on-worker-loss abort changes nothing.
     assert verdict_from_summary(summary(), [], {"config": {"on_worker_loss": "abort"}, "lost_workers": []}).exit_code == 0
+
+
+def test_a_run_that_lost_every_worker_exits_4() -> None:
+    workers = [{"id": "w0", "slot": 0}, {"id": "w1", "slot": 1}, {"id": "w2", "slot": 1}]
+    lost = [{"worker": "w0", "slot": 0}, {"worker": "w1", "slot": 1}, {"worker": "w2", "slot": 1}]
+    info = {"config": {"on_worker_loss": "continue"}, "workers": workers, "lost_workers": lost}
+    v = verdict_from_summary(summary(), [], info)
+    assert v.exit_code == EXIT_GENERATOR_SATURATED
+    assert v.reason.startswith("generator failed: every worker was lost (slot 0, 1, 1); ")
+    # A slot taken over by a worker that is still there is not a lost run.
+    assert verdict_from_summary(summary(), [], {**info, "lost_workers": lost[:2]}).exit_code == EXIT_OK
