@@ -145,7 +145,7 @@ class LoadgenRuntime:
         self.t0_unix_s = time.time() + lead
         self.t_end_unix_s = None
         if self.live_view is not None:
-            self.live_view.invalidate()
+            self.live_view.start_over()
         self._interval_start = self.t0_unix_s
         run_dir = Path(cfg.results_dir) / cfg.run_id
         self.last_run_dir = run_dir

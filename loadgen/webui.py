@@ -46,9 +46,14 @@ class LiveView:
 
     def reset(self) -> None:
         """The UI's reset button: the next snapshot starts from zero (not from a cached one)."""
+        self.start_over()
+        self._reset_unix_s = time.time()
+
+    def start_over(self) -> None:
+        """A new run (or a reset): no cached snapshot, and charts without the earlier points."""
         self.invalidate()
         self.history = []
-        self._reset_unix_s = time.time()
+        self._reset_unix_s = 0.0
 
     def snapshot(self) -> dict[str, Any]:
         now = time.monotonic()

@@ -194,6 +194,19 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             assert len(lines) == 15
             assert all(len(pts.split()) >= 2 for pts in lines), lines
 
+            # A second run from the form (the UI's "new" button): its own results directory, and
+            # the live numbers and charts start over with it.
+            r = ui.post(f"{base}/swarm", data={**form, "duration": "1s"}, timeout=10)
+            assert r.json()["success"], r.text
+            [second] = _wait_for(lambda: [d for d in results.iterdir() if d.name.startswith("ui-")], 30, "the second run")
+            _wait_for(lambda: orjson.loads((second / "run.json").read_bytes()).get("status") == "complete", 60, "its end")
+            live = ui.get(f"{base}/loadgen/live.json", timeout=5).json()
+            assert _llm_rows(live)[("ttft", "all")]["count"] == len(records(second))
+            # At least one point (the run lasts 2 s from its start, points come every second),
+            # and none left from the first run, whose times would run backwards into these.
+            times = [p["t"] for p in live["history"]]
+            assert times and times == sorted(times), times
+
             # The UI's reset button resets loadgen's live numbers too, at once.
             assert ui.post(f"{base}/stats/reset", timeout=5).text == "ok"
             live = ui.get(f"{base}/loadgen/live.json", timeout=5).json()
