@@ -7,7 +7,9 @@ master and workers can share one test process. Roles follow Locust's runner:
 * **master**: at ``test_start`` sends every connected worker a plan (config, n, slot, t0); merges
   the workers' histogram deltas exactly (``decode_and_add``) and appends their records; writes
   ``results/<run>/``; at ``test_stopping`` runs the drain barrier (Locust itself waits only 0.5 s
-  for final reports); at ``test_stop`` closes the results and computes the verdict.
+  for final reports); at ``test_stop`` closes the results and computes the verdict. Workers lost
+  mid-run (missed heartbeats) are named in run.json; a worker joining mid-run takes over a lost
+  slot or stands by for one (docs/distributed.md).
 * **worker**: runs its ``Driver`` for the plan it got; ships deltas with every Locust report and
   a final one when drained or done.
 
