@@ -177,7 +177,7 @@ def _sleep_until_unix(t: float) -> None:
 def test_three_workers_merge_exactly_run_every_session_once_and_match_one_worker(tmp_path, capsys) -> None:
     n = 300
     turns = _turns_per_session(SEED, n)
-    load = ["--rate", "80", "--num-sessions", str(n)]
+    load = ["--rate", "150", "--num-sessions", str(n)]
     common = ["--workload", "tiny", *load, "--seed", str(SEED), *NO_LAG_BOUND]
     runs: dict[str, tuple[Path, list[RequestRecord]]] = {}
     with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log):
