@@ -24,6 +24,10 @@ ROUTERS = ["sglang", "vllm"]
 BLOCK = 16  # the tiny profile's prefix-cache block, in tokens
 SESSIONS = 8
 TURNS = 3
+# Odd on purpose: an even number of agents in lockstep behind round-robin over 2 replicas sends
+# every session's turns to the same replica each round (A,B,C,D -> 0,1,0,1 every time), which
+# would look exactly like affinity.
+AGENTS = 3
 # The router's counter whose policy label names the policy it routed by (vllm-router also counts
 # the GETs it forwards, such as /version), and its counter of chat requests.
 POLICY_COUNTER = {"sglang": "smg_worker_selection_total", "vllm": "vllm_router_policy_decisions_total"}
@@ -50,7 +54,7 @@ def run_fleet(tmp_path: Path, router: str, *extra: str) -> Path:
     results = tmp_path / "results"
     r = loadgen(
         "run", "--replicas", "2", "--router", router, "--profile", "tiny", "--time-scale", "4",
-        "--workload", str(wl), "--concurrency", "4", "--num-sessions", str(SESSIONS), "--seed", "5",
+        "--workload", str(wl), "--concurrency", str(AGENTS), "--num-sessions", str(SESSIONS), "--seed", "5",
         "--results", str(results), *extra,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -131,8 +135,9 @@ def test_sglang_cache_aware_keeps_each_session_on_one_replica(tmp_path):
 
 def test_vllm_cache_aware_routes_by_load_without_tokens(tmp_path):
     """vllm-router 0.1.17 matches token ids and does not tokenize for HTTP workers: its own
-    counter files every decision under outcome="missing_tokens", it falls back to the
-    least-loaded worker, and under concurrent load a session's turns move between replicas."""
+    counter files every decision under outcome="missing_tokens" and it falls back to the
+    least-loaded worker. (Whether a session's turns then move between replicas depends on the
+    load pattern, so that is not asserted.)"""
     d = run_fleet(tmp_path, "vllm:cache_aware")
     router = orjson.loads((d / "run.json").read_bytes())["targets"][0]["fleet"]["router"]
     assert (router["policy"], router["affinity"]) == ("cache_aware", "none")
@@ -142,7 +147,6 @@ def test_vllm_cache_aware_routes_by_load_without_tokens(tmp_path):
     }
     assert decisions and all('outcome="missing_tokens"' in k for k in decisions), decisions
     assert sum(decisions.values()) >= SESSIONS * TURNS
-    assert not all(follow_ups_on_their_replica(d))
 
 
 @pytest.mark.parametrize("kind", ROUTERS)
