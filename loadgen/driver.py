@@ -31,6 +31,8 @@ from workloads.errors import WorkloadError
 
 log = logging.getLogger(__name__)
 
+SESSION_LEAD_NS = 20_000_000  # 20 ms
+
 
 def anchor_ns(t0_unix_s: float) -> int:
     """The perf_counter_ns instant that corresponds to the wall-clock run start ``t0_unix_s``."""
@@ -169,7 +171,9 @@ class Driver:
             if self._skip_before_s is not None and offset_s < self._skip_before_s:
                 continue
             t_ns = self.t0_ns + int(offset_s * 1e9)
-            sleep_until_ns(t_ns)
+            # Start the session a little early: its prompt is built and its connection opened
+            # before the intended time, which run_session then sleeps to.
+            sleep_until_ns(t_ns - SESSION_LEAD_NS)
             if self._stopping:
                 return
             session = self.workload.session(cfg.seed, index)

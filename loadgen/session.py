@@ -81,6 +81,8 @@ def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
     prev_end_ns = t_sched_ns
     intended_ns = t_sched_ns
     try:
+        if time.perf_counter_ns() < t_sched_ns:
+            conn.preconnect()
         for k, turn in enumerate(session.turns):
             if k > 0:
                 intended_ns = prev_end_ns + int(turn.think_time_s * 1e9)
