@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -144,7 +145,7 @@ class LoadgenRuntime:
             load_workload(cfg.workload)  # validate before any load is sent
         except Exception as e:
             raise UserError(f"--workload: {e}") from None
-        lead = START_LEAD_LOCAL_S if self.role == "local" else START_LEAD_DISTRIBUTED_S
+        lead = START_LEAD_LOCAL_S if self.role == "local" or self._workers_all_local() else START_LEAD_DISTRIBUTED_S
         self.t0_unix_s = time.time() + lead
         self.t_end_unix_s = None
         if self.live_view is not None:
@@ -172,6 +173,14 @@ class LoadgenRuntime:
             self._greenlets.append(gevent.spawn(self._stop_after, cfg.duration_s))
         if self.role == "master":
             self._greenlets.append(gevent.spawn(self._watch_workers))
+
+    def _workers_all_local(self) -> bool:
+        """Whether every connected worker runs on this host (Locust ids are ``hostname_uuid``):
+        then plans arrive in well under the short lead, not the distributed one."""
+        if self.role != "master":
+            return False
+        prefix = socket.gethostname() + "_"
+        return all(wid.startswith(prefix) for wid in self.env.runner.clients)
 
     def _run_info(self, cfg: RunConfig) -> dict[str, Any]:
         from workloads import load_workload
