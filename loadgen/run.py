@@ -261,14 +261,6 @@ def preflight(opts: RunOptions, url: str, replica_urls: list[str] | None = None)
     return identity
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def process_args(opts: RunOptions) -> list[str]:
     """Locust flags for the process layout: local, local workers, or a distributed master."""
     argv = ["--loglevel", "WARNING", "--only-summary"]
@@ -282,7 +274,9 @@ def process_args(opts: RunOptions) -> list[str]:
         # Always a master and worker process(es), even for one worker: merging, writing results
         # and the progress line then never stall the event loop that timestamps tokens.
         # A free loopback port, not Locust's 5557: two runs on one machine must not collide.
-        port = str(_free_port())
+        from targets.fleet.procs import free_port
+
+        port = str(free_port())
         argv += ["--processes", str(opts.workers), "--master-bind-host", "127.0.0.1", "--master-bind-port", port]
         argv += ["--master-host", "127.0.0.1", "--master-port", port]
         users = str(opts.workers)
