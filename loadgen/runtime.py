@@ -18,7 +18,6 @@ Everything attaches through events and ``register_message``; no runner is subcla
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import socket
@@ -40,7 +39,9 @@ from loadgen.metrics import Delta, MetricsAggregate, Recorder
 from loadgen.options import config_from_options
 from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
+from loadgen.run_record import generator_cpu, run_info
 from loadgen.verdict import Verdict, decide_verdict
+from loadgen.worker_env import load_plan_workload, quiet_gc
 
 log = logging.getLogger("loadgen")
 
@@ -183,65 +184,13 @@ class LoadgenRuntime:
         return all(wid.startswith(prefix) for wid in self.env.runner.clients)
 
     def _run_info(self, cfg: RunConfig) -> dict[str, Any]:
-        from workloads import load_workload
-
-        wl = load_workload(cfg.workload)
-        target = {
-            "label": cfg.target_label,
-            "url": cfg.target_url,
-            "adapter": cfg.adapter,
-            "kind": cfg.target_kind,
-            "labels": cfg.target_labels,
-            "cost_per_hour_usd": cfg.cost_per_hour_usd,
-            "identity": self._identity(cfg),
-        }
         info_file = getattr(self.env.parsed_options, "target_info", "") or ""
-        if info_file and os.path.exists(info_file):
-            import orjson
-
-            extra = orjson.loads(Path(info_file).read_bytes())
-            target.update({k: v for k, v in extra.items() if k != "identity"})
-            target["identity"] = {**target["identity"], **extra.get("identity", {})}
-        arrival: dict[str, Any] = {"kind": "closed-loop" if cfg.concurrency else cfg.arrival}
-        if cfg.concurrency:
-            arrival["concurrency"] = cfg.concurrency
-        else:
-            arrival["rate_per_s"] = cfg.rate_per_s
-            if cfg.arrival == "gamma":
-                arrival["burstiness"] = cfg.burstiness
-        return {
-            "run_id": cfg.run_id,
-            "seed": cfg.seed,
-            "mode": cfg.mode,
-            "arrival": arrival,
-            "workload": {"name": wl.name, "source": cfg.workload, "fingerprint": wl.fingerprint()},
-            "num_sessions": cfg.num_sessions,
-            "duration_s": cfg.duration_s,
-            "warmup_s": cfg.warmup_s,
-            "targets": [target],
-            "slos": cfg.slos,
-            "max_schedule_lag_us": cfg.max_schedule_lag_us,
-            "config": cfg.public_dict(),
-            "role": self.role,
-            "workers": [],
-            "lost_workers": [],
-        }
-
-    @staticmethod
-    def _identity(cfg: RunConfig) -> dict[str, Any]:
-        try:
-            from targets.identity import read_identity
-
-            return read_identity(cfg.target_url, cfg.adapter, timeout_s=3.0)
-        except Exception as e:  # identity is best effort here; `loadgen run` checks it before load
-            return {"error": str(e)}
+        return run_info(cfg, role=self.role, target_info_file=info_file)
 
     def _start_driver(self, plan: Plan, worker_id: str, skip_before_s: float | None = None) -> None:
-        from workloads import load_workload
-
         cfg = plan.config
         api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
-        workload = _load_plan_workload(cfg, load_workload)
+        workload = load_plan_workload(cfg)
         self.recorder = Recorder()
         self.plan = plan
         self._done_sent = False
@@ -555,14 +504,7 @@ class LoadgenRuntime:
             states = {"local": self._worker_payload()["state"]} if self.driver else {}
         else:
             states = self.worker_state
-        workers = {}
-        for wid, st in states.items():
-            cpu, wall = st.get("cpu_s"), st.get("wall_s")
-            if cpu is None or not wall:
-                continue
-            workers[wid] = {"cpu_s": cpu, "wall_s": wall, "cpu_share": round(cpu / wall, 4)}
-        shares = [w["cpu_share"] for w in workers.values()]
-        return {"workers": workers, "max_cpu_share": max(shares) if shares else None}
+        return generator_cpu(states)
 
     def _cancelled_counts(self) -> dict[str, int]:
         if self.role == "local":
@@ -654,33 +596,6 @@ class LoadgenRuntime:
         # The master's drain barrier normally ran first; this covers a stop without one.
         if self.driver is not None and not self.driver.done.is_set():
             self.driver.drain(0)
-
-
-def quiet_gc() -> None:
-    """Keep the cyclic GC from stopping the driver for tens of milliseconds mid-run.
-
-    A full collection over everything Locust, Flask and gevent imported took 20-35 ms; requests
-    due then leave late and token chunks that arrive meanwhile are read together. Start-up
-    objects are frozen out of the scans and full collections run less often; the driver's own
-    data is acyclic and freed by reference counting.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(1_000, 50, 100)
-
-
-def _load_plan_workload(cfg: RunConfig, load_workload: Any) -> Any:
-    """The workload on a worker: the master's file content when the path does not exist here."""
-    if cfg.workload_text is not None and not os.path.exists(cfg.workload):
-        import tempfile
-
-        suffix = os.path.splitext(cfg.workload)[1]
-        d = tempfile.mkdtemp(prefix="loadgen-workload-")
-        path = os.path.join(d, os.path.basename(cfg.workload) or f"workload{suffix}")
-        with open(path, "w") as f:
-            f.write(cfg.workload_text)
-        return load_workload(path)
-    return load_workload(cfg.workload)
 
 
 def install(environment: Any) -> LoadgenRuntime:

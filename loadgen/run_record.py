@@ -1,0 +1,81 @@
+"""What ``run.json`` says about a run: config, workload, target and its identity, the generator.
+
+Pure functions of the run's config (and the target information ``loadgen run`` hands over), so the
+runtime only decides *when* to write them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgen.config import RunConfig
+
+
+def target_identity(cfg: RunConfig) -> dict[str, Any]:
+    """What the target says about itself; best effort here (``loadgen run`` checks it before load)."""
+    try:
+        from targets.identity import read_identity
+
+        return read_identity(cfg.target_url, cfg.adapter, timeout_s=3.0)
+    except Exception as e:
+        return {"error": str(e)}
+
+
+def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[str, Any]:
+    """The ``run.json`` fields known when the run starts (docs/results-format.md)."""
+    from workloads import load_workload
+
+    wl = load_workload(cfg.workload)
+    target: dict[str, Any] = {
+        "label": cfg.target_label,
+        "url": cfg.target_url,
+        "adapter": cfg.adapter,
+        "kind": cfg.target_kind,
+        "labels": cfg.target_labels,
+        "cost_per_hour_usd": cfg.cost_per_hour_usd,
+        "identity": target_identity(cfg),
+    }
+    if target_info_file and os.path.exists(target_info_file):
+        extra = orjson.loads(Path(target_info_file).read_bytes())
+        target.update({k: v for k, v in extra.items() if k != "identity"})
+        target["identity"] = {**target["identity"], **extra.get("identity", {})}
+    arrival: dict[str, Any] = {"kind": "closed-loop" if cfg.concurrency else cfg.arrival}
+    if cfg.concurrency:
+        arrival["concurrency"] = cfg.concurrency
+    else:
+        arrival["rate_per_s"] = cfg.rate_per_s
+        if cfg.arrival == "gamma":
+            arrival["burstiness"] = cfg.burstiness
+    return {
+        "run_id": cfg.run_id,
+        "seed": cfg.seed,
+        "mode": cfg.mode,
+        "arrival": arrival,
+        "workload": {"name": wl.name, "source": cfg.workload, "fingerprint": wl.fingerprint()},
+        "num_sessions": cfg.num_sessions,
+        "duration_s": cfg.duration_s,
+        "warmup_s": cfg.warmup_s,
+        "targets": [target],
+        "slos": cfg.slos,
+        "max_schedule_lag_us": cfg.max_schedule_lag_us,
+        "config": cfg.public_dict(),
+        "role": role,
+        "workers": [],
+        "lost_workers": [],
+    }
+
+
+def generator_cpu(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each worker's CPU seconds and share of one core, from the states workers report."""
+    workers = {}
+    for wid, st in states.items():
+        cpu, wall = st.get("cpu_s"), st.get("wall_s")
+        if cpu is None or not wall:
+            continue
+        workers[wid] = {"cpu_s": cpu, "wall_s": wall, "cpu_share": round(cpu / wall, 4)}
+    shares = [w["cpu_share"] for w in workers.values()]
+    return {"workers": workers, "max_cpu_share": max(shares) if shares else None}
