@@ -28,7 +28,7 @@ from typing import Any
 
 import gevent
 from gevent.event import Event
-from locust.runners import STATE_MISSING, LocalRunner, MasterRunner, WorkerRunner
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from analysis.records import RUN_ABORTED, RUN_COMPLETE, RequestRecord
 from analysis.slo import parse_slos
@@ -607,5 +607,3 @@ def install(environment: Any) -> LoadgenRuntime:
 
 
 __all__ = ["LoadgenRuntime", "install"]
-
-_ = LocalRunner  # imported for readers: the third role
