@@ -189,6 +189,19 @@ def sse_payload(line: bytes) -> bytes | None:
     raise BadChunk(f"not an SSE line: {_preview(s)}")
 
 
+def sse_json(line: bytes) -> dict | StreamEvent | None:
+    """One SSE line of a JSON stream: its JSON object, a done or error ``StreamEvent``, or None
+    when the line carries nothing. The ``data:`` test is inlined: this runs once per chunk."""
+    payload = line[5:].strip() if line.startswith(b"data:") else sse_payload(line)
+    if not payload:
+        return None
+    if payload == b"[DONE]":
+        return StreamEvent(done=True)
+    obj = load_json(payload)
+    err = error_event(obj)
+    return obj if err is None else err
+
+
 def load_json(payload: bytes) -> dict:
     """``payload`` as a JSON object, else ``BadChunk``."""
     try:

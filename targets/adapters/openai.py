@@ -28,7 +28,7 @@ from .base import (
     encode_body,
     error_event,
     load_json,
-    sse_payload,
+    sse_json,
     usage_from_openai,
 )
 
@@ -164,19 +164,7 @@ class _OpenAIStream:
         return StreamEvent(tokens, text, usage, False, obj.get("timings"))
 
     def _load(self, line: bytes) -> dict | StreamEvent | None:
-        if line.startswith(b"data:"):
-            payload = line[5:].strip()
-        else:
-            payload = sse_payload(line)
-            if payload is None:
-                return None
-        if payload == b"[DONE]":
-            return StreamEvent(done=True)
-        if not payload:
-            return None
-        obj = load_json(payload)
-        err = error_event(obj)
-        return obj if err is None else err
+        return sse_json(line)
 
 
 class _ChatStream(_OpenAIStream):

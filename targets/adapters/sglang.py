@@ -29,7 +29,7 @@ from .base import (
     encode_body,
     error_event,
     load_json,
-    sse_payload,
+    sse_json,
 )
 
 __all__ = ["SGLangAdapter"]
@@ -100,20 +100,9 @@ class _SGLangStream:
         self.seen_tokens = 0
 
     def parse_line(self, line: bytes) -> StreamEvent | None:
-        if line.startswith(b"data:"):
-            payload = line[5:].strip()
-        else:
-            payload = sse_payload(line)
-            if payload is None:
-                return None
-        if payload == b"[DONE]":
-            return StreamEvent(done=True)
-        if not payload:
-            return None
-        obj = load_json(payload)
-        err = error_event(obj)
-        if err is not None:
-            return err
+        obj = sse_json(line)
+        if type(obj) is not dict:
+            return obj
         return self.event(obj)
 
     def event(self, obj: dict) -> StreamEvent:
