@@ -67,6 +67,20 @@ def run_options(f: Callable) -> Callable:
         click.option("--router", default="none", show_default=True, help="Embedded router: none, sglang:<policy>, vllm:<policy>."),
         click.option("--engine", type=click.Choice(["sim", "llama-server"]), default="sim", show_default=True),
         click.option("--html", is_flag=True, help="Also write report.html."),
+        click.option("--quality-gate", type=float, default=None, metavar="MIN", help="Before load, run the quality eval; exit 2 if the score (0-1) is below MIN."),
+        click.option("--quality-eval", default=None, metavar="FILE", help="Eval set (JSONL) for the quality gate [default: the shipped one]."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def prometheus_options(f: Callable) -> Callable:
+    """The master's live /metrics endpoint (run, master; names match loadgen/options.py)."""
+    opts = [
+        click.option("--prometheus-port", type=click.IntRange(min=0, max=65535), default=0, help="Serve live metrics for Prometheus at /metrics on this port (0 = off)."),
+        click.option("--prometheus-host", default="127.0.0.1", show_default=True, help="Address of /metrics (0.0.0.0 inside a pod)."),
+        click.option("--prometheus-linger", type=DURATION, default="0s", show_default=True, help="Keep /metrics up this long after the run ends, for a last scrape."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -87,6 +101,7 @@ def main() -> None:
 
 @main.command()
 @run_options
+@prometheus_options
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Local worker processes.")
 @click.option("--web", is_flag=True, help="Open Locust's web UI (with the LLM tab) instead of running headless.")
 @click.option("--web-port", type=int, default=8089, show_default=True)
@@ -99,6 +114,7 @@ def run(**kwargs: Any) -> None:
 
 @main.command()
 @run_options
+@prometheus_options
 @click.option("--expect-workers", type=click.IntRange(min=1), required=True, help="Start when this many workers joined.")
 @click.option("--bind", default="127.0.0.1", show_default=True, help="Address for workers and the web UI (0.0.0.0 for remote workers).")
 @click.option("--master-port", type=int, default=5557, show_default=True)

@@ -52,6 +52,10 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--loadgen-stop-timeout", default="30s", help="How long requests on the wire may finish at stop")
     g.add_argument("--on-worker-loss", default="continue", choices=("continue", "abort"), help="What a lost worker does")
     g.add_argument("--target-info", default="", include_in_web_ui=False, help=argparse.SUPPRESS)
+    # Process-wide, not per run: the endpoint lives as long as the master (docs/prometheus.md).
+    g.add_argument("--prometheus-port", type=int, default=0, include_in_web_ui=False, help="Serve /metrics for Prometheus on this port (master only; 0 = off)")
+    g.add_argument("--prometheus-host", default="127.0.0.1", include_in_web_ui=False, help="Address of the /metrics endpoint (0.0.0.0 in a pod)")
+    g.add_argument("--prometheus-linger", default="0s", include_in_web_ui=False, help="Keep serving the final metrics this long after the run ends")
 
 
 def _opt(options: Any, name: str, default: Any = None) -> Any:

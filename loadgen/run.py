@@ -78,6 +78,10 @@ class RunOptions:
     bind: str = "127.0.0.1"
     master_port: int = 5557
     headless: bool = True
+    # the master's Prometheus endpoint (loadgen/metrics_endpoint.py); 0 = off
+    prometheus_port: int = 0
+    prometheus_host: str = "127.0.0.1"
+    prometheus_linger: str = "0s"
     html: bool = False
     quiet: bool = False
     extra_locust_args: list[str] = field(default_factory=list)
@@ -124,8 +128,19 @@ def validate(opts: RunOptions) -> None:
         raise UserError(f"--api-key-env {opts.api_key_env}: that environment variable is not set")
     if opts.workers < 1:
         raise UserError(f"--workers {opts.workers}: must be at least 1")
-    if opts.arrival == "trace" and not opts.trace:
-        raise UserError("--arrival trace needs --trace FILE")
+    if opts.prometheus_port:
+        from loadgen.metrics_endpoint import check_bindable
+
+        check_bindable(opts.prometheus_host, opts.prometheus_port)
+    if opts.arrival == "trace" and not opts.trace and workload.arrival_offsets() is None:
+        raise UserError(
+            "--arrival trace needs --trace FILE or a workload with timestamps (a Mooncake or Azure trace, "
+            "or a session file with arrival_s)"
+        )
+    if opts.rate is not None and opts.trace_time_scale != 1.0:
+        arrival = opts.arrival
+        if arrival == "trace" or (arrival == "auto" and (opts.trace or workload.arrival_offsets() is not None)):
+            raise UserError("--rate and --trace-time-scale both rescale the trace; give one of them")
     try:
         from targets.registry import get_adapter
 
@@ -170,6 +185,11 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
     for flag, value in optional.items():
         if value:
             args += [flag, value]
+    if opts.insecure:
+        args.append("--insecure")
+    if opts.prometheus_port:
+        args += ["--prometheus-port", str(opts.prometheus_port), "--prometheus-host", opts.prometheus_host]
+        args += ["--prometheus-linger", opts.prometheus_linger]
     return args
 
 

@@ -97,6 +97,7 @@ class LoadgenRuntime:
         self.progress: ProgressLine | None = None
         self.last_run_dir: Path | None = None
         self.live_view: Any = None
+        self.endpoint: Any = None  # the Prometheus /metrics endpoint, with --prometheus-port
 
     # ================================================================ installation
     def install(self) -> None:
@@ -113,6 +114,10 @@ class LoadgenRuntime:
             from loadgen.webui import install_web_ui
 
             install_web_ui(self.env, self)
+        if self.role in ("master", "local"):
+            from loadgen.metrics_endpoint import install_endpoint
+
+            self.endpoint = install_endpoint(self.env, self)
         if self.role == "master":
             ev.worker_report.add_listener(self._on_worker_report)
             ev.worker_connect.add_listener(self._on_worker_connect)
@@ -151,6 +156,8 @@ class LoadgenRuntime:
         self.t_end_unix_s = None
         if self.live_view is not None:
             self.live_view.start_over()
+        if self.endpoint is not None:
+            self.endpoint.invalidate()
         self._interval_start = self.t0_unix_s
         run_dir = Path(cfg.results_dir) / cfg.run_id
         self.last_run_dir = run_dir
@@ -492,6 +499,11 @@ class LoadgenRuntime:
             self.progress.finish()
         run_dir, self.writer = self.writer.dir, None
         self.verdict = decide_verdict(run_dir, self.config, self.env)
+        if self.endpoint is not None:
+            try:
+                self.endpoint.run_ended(run_dir)
+            except OSError as e:
+                log.error("cannot write the final metrics snapshot in %s: %s", run_dir, e)
         if self.role == "master" and self._headless() and not self._quit_requested and not self._expected_finals():
             # Stopped by Locust, not by us, because its last worker went missing: headless,
             # nothing else would ever end the process.
@@ -521,6 +533,9 @@ class LoadgenRuntime:
             self._on_test_stop(environment)
         if self.verdict is not None:
             environment.process_exit_code = self.verdict.exit_code
+        if self.endpoint is not None:
+            # After the results closed, so a last scrape sees the final numbers.
+            self.endpoint.linger()
 
     def _on_quit(self, **_: Any) -> None:
         # Printed here, not in quitting: Locust prints its own tables after quitting (when not
@@ -533,6 +548,8 @@ class LoadgenRuntime:
         self.aggregate.reset_live()
         if self.live_view is not None:
             self.live_view.reset()
+        if self.endpoint is not None:
+            self.endpoint.invalidate()
 
     def _reset_collector(self) -> None:
         self.aggregate = MetricsAggregate()

@@ -52,6 +52,9 @@ MASTER_VALUE_FLAGS = {
     "--bind",
     "--master-port",
     "--web-port",
+    "--prometheus-port",
+    "--prometheus-host",
+    "--prometheus-linger",
 }
 MASTER_SWITCHES = {"--headless"}
 WORKER_VALUE_FLAGS = {"--master-host", "--master-port"}
@@ -325,6 +328,27 @@ def test_example_workloads_are_valid_specs():
         ("droplet", droplet_workload),
     ]:
         spec.parse_spec(yaml.safe_load(text), where=where)
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=OVERLAY_IDS)
+def test_prometheus_scrapes_the_masters_metrics_port(directory):
+    objects = render(directory)
+    ((master_obj, master, argv),) = _loadgen_containers(objects, "master")
+    flags = parse_flags(argv)
+    port = int(flags["--prometheus-port"])
+    assert flags["--prometheus-host"] == "0.0.0.0", "Prometheus scrapes from another pod"
+    annotations = master_obj["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert int(annotations["prometheus.io/port"]) == port
+    assert {p["name"]: p["containerPort"] for p in master["ports"]}["metrics"] == port
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= master_obj["spec"]["template"]["metadata"]["labels"].items()
+    admitted = [r for r in policy["spec"]["ingress"] if any(p["port"] == port for p in r.get("ports", []))]
+    assert admitted, f"the NetworkPolicy blocks the metrics port {port}"
+    if master_obj["kind"] == "Job":
+        # The pod ends with the run: it must outlive one scrape interval to show the final numbers.
+        assert parse_duration_s(flags["--prometheus-linger"]) >= 15
 
 
 def test_master_deployment_probes_the_web_port():

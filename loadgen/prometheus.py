@@ -1,0 +1,132 @@
+"""What the master's ``/metrics`` endpoint exports: metric families built from the runtime's state.
+
+Everything comes from what the master (or the single local process) already keeps for the run:
+the exactly merged cumulative HDR histograms, the per-label totals counted as records arrive, and
+the workers' last reported in-flight state. Nothing here runs per request; ``collect`` runs once
+per scrape (cached by the endpoint), and costs one cumulative sum per histogram plus one
+percentile query. Metric names and labels are documented in docs/prometheus.md; the Grafana
+dashboard (k8s/grafana/loadgen-dashboard.json) and its test use ``EXPORTED_NAMES``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from analysis.hlog import new_histogram
+from analysis.records import ERROR_CATEGORIES, parse_histogram_tag
+from loadgen.exposition import COUNTER, GAUGE, HISTOGRAM, BucketLayout, Family, add_histogram
+
+LABEL_NAMES = ("turn_class", "tenant", "target")
+
+# results-format metric name -> (exported histogram, help). tokens_per_chunk is a count, not a
+# time, and stays in the results files.
+HISTOGRAMS: dict[str, tuple[str, str]] = {
+    "ttft": ("loadgen_ttft_seconds", "Time to first token: first token-bearing chunk minus request sent."),
+    "ttft_sched": (
+        "loadgen_ttft_from_schedule_seconds",
+        "Time to first token from the intended start (includes client lateness; coordinated-omission free).",
+    ),
+    "itl": ("loadgen_itl_seconds", "Inter-token latency: every gap between consecutive token-bearing chunks."),
+    "tpot": ("loadgen_tpot_seconds", "Time per output token after the first, per request with 2+ tokens."),
+    "e2e": ("loadgen_e2e_seconds", "End-to-end latency: stream closed minus request sent."),
+    "schedule_lag": ("loadgen_schedule_lag_seconds", "Request sent minus its intended start: the generator's own lateness."),
+}
+
+COUNTERS: dict[str, str] = {
+    "loadgen_requests_total": "Requests finished, by status (ok or error).",
+    "loadgen_errors_total": "Failed requests by error category.",
+    "loadgen_output_tokens_total": "Output tokens received (usage.completion_tokens, else token-bearing chunks).",
+    "loadgen_input_tokens_total": "Prompt tokens sent, as the server reported them.",
+    "loadgen_sessions_started_total": "Agent sessions started.",
+    "loadgen_requests_meeting_slo_total": "Requests that met every per-request SLO (--slo ttft=...,tpot=...).",
+}
+
+GAUGES: dict[str, str] = {
+    "loadgen_sessions_in_flight": "Sessions started and not finished, as of the workers' last reports.",
+    "loadgen_requests_in_flight": "Requests on the wire, as of the workers' last reports.",
+    "loadgen_schedule_lag_p99_seconds": "p99 schedule lag over the run so far (all labels).",
+    "loadgen_schedule_lag_bound_seconds": "Schedule-lag p99 above which the run is flagged generator-saturated.",
+    "loadgen_workers": "Worker processes by state: active (holding a slot), lost, standby.",
+    "loadgen_run_info": "The current run: run id, workload, seed, mode, arrival process and rate.",
+    "loadgen_run_start_time_seconds": "When the run's schedule starts (Unix time).",
+    "loadgen_run_end_time_seconds": "When the run's results were closed (Unix time); 0 while it runs.",
+}
+
+EXPORTED_NAMES: tuple[str, ...] = (*(name for name, _ in HISTOGRAMS.values()), *COUNTERS, *GAUGES)
+
+
+@cache
+def bucket_layout() -> BucketLayout:
+    """The ``le`` bounds of loadgen's histogram configuration (1 µs .. 1 h, 3 digits)."""
+    return BucketLayout.for_histogram(new_histogram())
+
+
+def collect(rt: Any) -> list[Family]:
+    """Every family for the runtime's current run (none before the first run starts)."""
+    cfg = rt.config
+    if cfg is None:
+        return []
+    fams = {name: Family(name, COUNTER, text) for name, text in COUNTERS.items()}
+    fams.update({name: Family(name, GAUGE, text) for name, text in GAUGES.items()})
+    agg = rt.aggregate
+    _add_run(fams, rt, cfg)
+    histograms = _histograms(agg)
+    for key, totals in sorted(agg.by_labels.items()):
+        labels = dict(zip(LABEL_NAMES, key, strict=True))
+        fams["loadgen_requests_total"].add(totals.ok, {**labels, "status": "ok"})
+        fams["loadgen_requests_total"].add(totals.failed, {**labels, "status": "error"})
+        # Every known category, zeros included: a rate() over a series that appears late misses
+        # its first errors.
+        for category in sorted({*ERROR_CATEGORIES, *totals.errors}):
+            fams["loadgen_errors_total"].add(totals.errors.get(category, 0), {**labels, "category": category})
+        fams["loadgen_output_tokens_total"].add(totals.output_tokens, labels)
+        fams["loadgen_input_tokens_total"].add(totals.input_tokens, labels)
+    if agg.slo_total:
+        fams["loadgen_requests_meeting_slo_total"].add(agg.slo_met)
+    started, sessions, requests = rt._in_flight_summary()
+    fams["loadgen_sessions_started_total"].add(started)
+    fams["loadgen_sessions_in_flight"].add(sessions)
+    fams["loadgen_requests_in_flight"].add(requests)
+    lag = agg.combined("schedule_lag")
+    if lag.get_total_count():
+        fams["loadgen_schedule_lag_p99_seconds"].add(lag.get_value_at_percentile(99) / 1e6)
+    fams["loadgen_schedule_lag_bound_seconds"].add(cfg.max_schedule_lag_us / 1e6)
+    return [*histograms, *fams.values()]
+
+
+def _histograms(agg: Any) -> list[Family]:
+    layout = bucket_layout()
+    fams = {metric: Family(name, HISTOGRAM, text) for metric, (name, text) in HISTOGRAMS.items()}
+    for tag, h in sorted(agg.cumulative.items()):
+        metric, *key = parse_histogram_tag(tag)
+        fam = fams.get(metric)
+        if fam is None:
+            continue
+        totals = agg.by_labels.get(tuple(key))
+        sum_us = totals.sums_us.get(metric, 0) if totals is not None else 0
+        add_histogram(fam, h, layout, dict(zip(LABEL_NAMES, key, strict=True)), sum_us / 1e6)
+    return list(fams.values())
+
+
+def _add_run(fams: dict[str, Family], rt: Any, cfg: Any) -> None:
+    info = {
+        "run_id": cfg.run_id,
+        "workload": cfg.workload,
+        "seed": str(cfg.seed),
+        "mode": cfg.mode,
+        "arrival": cfg.arrival if not cfg.concurrency else "closed-loop",
+        "rate_per_s": "" if cfg.rate_per_s is None or cfg.concurrency else f"{cfg.rate_per_s:g}",
+    }
+    fams["loadgen_run_info"].add(1, info)
+    fams["loadgen_run_start_time_seconds"].add(rt.t0_unix_s)
+    fams["loadgen_run_end_time_seconds"].add(rt.t_end_unix_s or 0.0)
+    if rt.role == "master":
+        active = sum(1 for w in rt.slots if w not in rt.lost)
+        for state, n in (("active", active), ("lost", len(rt.lost)), ("standby", len(rt.standby))):
+            fams["loadgen_workers"].add(n, {"state": state})
+    elif rt.driver is not None:
+        fams["loadgen_workers"].add(1, {"state": "active"})
+
+
+__all__ = ["EXPORTED_NAMES", "HISTOGRAMS", "LABEL_NAMES", "bucket_layout", "collect"]
