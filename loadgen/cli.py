@@ -35,10 +35,13 @@ RATE = _Parsed("rate", parse_rate_per_s, RATE_FORM)
 def run_options(f: Callable) -> Callable:
     """The options shared by run, master, ab and sweep (names match loadgen/options.py)."""
     opts = [
-        click.option("--workload", default="agentic-coding", show_default=True, help="Shipped spec name or .yaml/.jsonl file."),
+        click.option("--workload", default="agentic-coding", show_default=True, help="Shipped spec name, .yaml spec, or data file (session .jsonl, ShareGPT .json, Mooncake .jsonl, Azure .csv)."),
+        click.option("--workload-format", default=None, help="Data file format: sessions, sharegpt, mooncake, azure (default: detected)."),
+        click.option("--workload-options", default=None, help="Reader options, e.g. min_turns=2,max_prompt_tokens=4096 or block_size=512."),
+        click.option("--tokenizer", default=None, help="Exact prompt lengths and output counts: a tokenizer.json, a directory holding one, or a cached ORG/NAME."),
         click.option("--seed", type=int, default=0, show_default=True, help="Same seed: same sessions, prompts, arrival times."),
-        click.option("--arrival", type=click.Choice(["poisson", "gamma", "constant", "trace"]), default="poisson", show_default=True),
-        click.option("--rate", type=RATE, default="1", show_default=True, help="Session arrivals per second (open loop), e.g. 2 or 30/min."),
+        click.option("--arrival", type=click.Choice(["auto", "poisson", "gamma", "constant", "trace"]), default="auto", show_default=True, help="auto: the workload's own timestamps (traces), else poisson."),
+        click.option("--rate", type=RATE, default=None, help="Session arrivals per second, e.g. 2 or 30/min (default 1); with trace arrivals, the trace is rescaled to this mean rate."),
         click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1 = Poisson; < 1 burstier)."),
         click.option("--trace", type=click.Path(exists=True, dir_okay=False), default=None, help="Timestamps file for --arrival trace."),
         click.option("--trace-time-scale", type=float, default=1.0, show_default=True),
@@ -155,8 +158,9 @@ def ab(arms: str, **kwargs: Any) -> None:
 @main.command()
 @click.option("--quick", is_flag=True, help="A shorter run (fewer sessions) for a smoke test.")
 @click.option("--results", default="results", show_default=True)
-def demo(quick: bool, results: str) -> None:
-    """Round-robin vs cache-aware routing on two simulated laptop replicas behind sglang-router."""
+@click.option("--engine", type=click.Choice(["sim", "llama-server"]), default="sim", show_default=True, help="llama-server: real replicas (SmolLM2 on the CPU), a smaller workload, and the sim's prediction beside it.")
+def demo(quick: bool, results: str, engine: str) -> None:
+    """Round-robin vs cache-aware routing on two replicas (simulated laptop ones by default) behind sglang-router."""
     from loadgen.demo import run_demo
 
     sys.exit(run_demo(quick=quick, results=results))
@@ -238,19 +242,67 @@ def workload() -> None:
     """Inspect and export workloads."""
 
 
+def _workload_file_options(f: Callable) -> Callable:
+    """The options ``workload inspect`` and ``workload export`` share with ``run``."""
+    opts = [
+        click.option("--format", "fmt", default=None, help="Data file format (default: detected)."),
+        click.option("--workload-options", default=None, help="Reader options, e.g. min_turns=2 or block_size=512."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--tokenizer", default=None, help="Count and build texts with this tokenizer (tokenizer.json, directory, cached ORG/NAME)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _load_for_command(name: str, fmt: str | None, workload_options: str | None, tokenizer: str | None) -> Any:
+    from loadgen.run_workload import load_workload_named, parse_options_flag
+
+    return load_workload_named(name, fmt, parse_options_flag(workload_options or ""), tokenizer)
+
+
+@workload.command("inspect")
+@click.argument("name")
+@_workload_file_options
+@click.option("-n", "--num-sessions", type=click.IntRange(min=1), default=None, help="Sessions to look at (default: all of a file, 100 of a spec).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def workload_inspect(
+    name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None, num_sessions: int | None, as_json: bool
+) -> None:
+    """Sessions, turns, token distributions and arrival span of a spec or data file; sends nothing."""
+    import json
+
+    from workloads.inspect import format_inspection, inspect_workload
+
+    wl = _load_for_command(name, fmt, workload_options, tokenizer)
+    figures = inspect_workload(wl, seed=seed, n=num_sessions, tokenizer=wl.tokenizer)
+    click.echo(json.dumps(figures, indent=2) if as_json else format_inspection(figures))
+
+
 @workload.command("export")
 @click.argument("name")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("-n", "--num-sessions", type=click.IntRange(min=1), default=100, show_default=True)
+@_workload_file_options
+@click.option("-n", "--num-sessions", type=click.IntRange(min=1), default=None, help="Sessions to write (default: all of a file, 100 of a spec).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def workload_export(name: str, seed: int, num_sessions: int, output: str) -> None:
-    """Write NAME's sessions in the replayable JSONL session format."""
-    from workloads import load_workload
+@click.option("--counts-only", is_flag=True, help="Write token counts instead of texts (replays the same texts for the same seed).")
+def workload_export(
+    name: str,
+    fmt: str | None,
+    workload_options: str | None,
+    seed: int,
+    tokenizer: str | None,
+    num_sessions: int | None,
+    output: str,
+    counts_only: bool,
+) -> None:
+    """Write NAME's sessions (spec, dataset or trace) in the replayable JSONL session format."""
     from workloads.errors import WorkloadError
     from workloads.sessions_jsonl import write_sessions_jsonl
 
+    wl = _load_for_command(name, fmt, workload_options, tokenizer)
+    n = num_sessions or wl.num_sessions or 100
     try:
-        write_sessions_jsonl(load_workload(name), seed, num_sessions, output)
+        write_sessions_jsonl(wl, seed, n, output, include_text=not counts_only)
     except WorkloadError as e:
         raise UserError(str(e)) from None
     click.echo(f"wrote {num_sessions} sessions to {output}")

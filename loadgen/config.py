@@ -11,12 +11,17 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "trace")
+# "auto": the workload's own timestamps when it has them (traces), else Poisson.
+ARRIVAL_CHOICES = ("auto", *ARRIVAL_KINDS)
 
 
 @dataclass
 class RunConfig:
     run_id: str
     workload: str  # shipped spec name or path
+    workload_format: str | None = None  # reader name (workloads.readers); None: detected
+    workload_options: dict[str, str] = field(default_factory=dict)  # reader options
+    tokenizer: str | None = None  # --tokenizer: a tokenizer.json, a directory or a cached ORG/NAME
     seed: int = 0
     # Arrivals: open loop (rate/burstiness/trace) unless concurrency is set (closed loop).
     arrival: str = "poisson"
@@ -24,6 +29,8 @@ class RunConfig:
     burstiness: float = 1.0
     trace_path: str | None = None
     trace_time_scale: float = 1.0
+    # With trace arrivals: rescale the gaps so the mean rate is this (the trace's shape is kept).
+    trace_rate_per_s: float | None = None
     concurrency: int | None = None
     num_sessions: int | None = None
     duration_s: float | None = None
@@ -52,6 +59,8 @@ class RunConfig:
     # Workload file content for workers that do not share the master's filesystem.
     workload_text: str | None = None
     trace_text: str | None = None
+    tokenizer_json: str | None = None
+    ca_cert_pem: str | None = None
 
     @property
     def mode(self) -> str:
@@ -70,6 +79,8 @@ class RunConfig:
         d = self.to_dict()
         d.pop("workload_text", None)
         d.pop("trace_text", None)
+        d.pop("tokenizer_json", None)
+        d.pop("ca_cert_pem", None)
         d["mode"] = self.mode
         return d
 

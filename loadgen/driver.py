@@ -48,7 +48,15 @@ def build_schedule(plan: Plan, workload) -> list[tuple[int, float]]:
     try:
         if cfg.arrival == "trace":
             # A trace bounds itself: take it whole, then cut to the sessions and duration asked.
-            offsets = arrivals.trace(_trace_path(cfg), time_scale=cfg.trace_time_scale)
+            if cfg.trace_path:
+                offsets = arrivals.trace(_trace_path(cfg), time_scale=cfg.trace_time_scale)
+            else:
+                offsets = workload.arrival_offsets()
+                if offsets is None:
+                    raise UserError("--arrival trace needs --trace FILE or a workload with timestamps")
+                offsets = arrivals.rescale(offsets, time_scale=cfg.trace_time_scale)
+            if cfg.trace_rate_per_s is not None:
+                offsets = arrivals.rescale(offsets, rate_per_s=cfg.trace_rate_per_s)
             if n is not None:
                 offsets = offsets[:n]
             if cfg.duration_s is not None:

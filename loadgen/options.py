@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.units import parse_duration_s, parse_rate_per_s
-from loadgen.config import ARRIVAL_KINDS, RunConfig
+from loadgen.config import ARRIVAL_CHOICES, RunConfig
 from loadgen.errors import UserError
+from loadgen.run_workload import has_timestamps, parse_options_flag, tokenizer_file_text, workload_file_text
 
 DEFAULT_DURATION_S = 60.0
 
@@ -26,10 +27,13 @@ def add_arguments(parser: Any) -> None:
     # parser.add_argument (not a group): only Locust's own add_argument puts an option on the
     # web UI's start form; include_in_web_ui=False keeps internal ones off it.
     g = parser
-    g.add_argument("--workload", default="agentic-coding", help="Shipped spec name or a .yaml/.jsonl file")
+    g.add_argument("--workload", default="agentic-coding", help="Shipped spec name, a .yaml spec, or a data file (sessions, ShareGPT, Mooncake, Azure)")
+    g.add_argument("--workload-format", default="", help="Data file format (sessions, sharegpt, mooncake, azure); default: detected")
+    g.add_argument("--tokenizer", default="", help="Exact token counts: a tokenizer.json, a directory holding one, or a cached ORG/NAME")
+    g.add_argument("--workload-options", default="", help="Reader options, e.g. min_turns=2,max_prompt_tokens=4096")
     g.add_argument("--seed", type=int, default=0, help="Seed: same seed, same sessions and arrival times")
-    g.add_argument("--arrival", default="poisson", choices=ARRIVAL_KINDS, help="Arrival process (open loop)")
-    g.add_argument("--rate", default="1", help="Session arrival rate, e.g. 2 or 120/min")
+    g.add_argument("--arrival", default="auto", choices=ARRIVAL_CHOICES, help="Arrival process (open loop); auto: the workload's timestamps, else poisson")
+    g.add_argument("--rate", default="", help="Session arrival rate, e.g. 2 or 120/min (default 1/s); with trace arrivals, rescales the trace to this mean rate")
     g.add_argument("--burstiness", type=float, default=1.0, help="Gamma shape; 1 = Poisson, <1 burstier")
     g.add_argument("--trace", default="", help="Timestamps file for --arrival trace")
     g.add_argument("--trace-time-scale", type=float, default=1.0, help="Multiply trace gaps by this")
@@ -81,8 +85,9 @@ def config_from_options(options: Any) -> RunConfig:
         raise UserError("no target: give --host URL (or use 'loadgen run', which starts a simulated engine)")
     if not host.startswith(("http://", "https://")):
         raise UserError(f"--host {host!r} is not an http(s) URL; use e.g. http://127.0.0.1:8000")
+    rate_text = str(_opt(options, "rate", "") or "")
     try:
-        rate = parse_rate_per_s(_opt(options, "rate", "1"))
+        rate = parse_rate_per_s(rate_text or "1")
     except ValueError as e:
         raise UserError(f"--rate: {e}") from None
     concurrency = int(_opt(options, "concurrency", 0) or 0)
@@ -97,21 +102,32 @@ def config_from_options(options: Any) -> RunConfig:
     if burstiness <= 0:
         raise UserError(f"--burstiness {burstiness} must be > 0 (1 = Poisson, < 1 burstier)")
     workload = _opt(options, "workload", "agentic-coding")
-    workload_text = None
-    if workload.endswith((".yaml", ".yml", ".jsonl")):
-        p = Path(workload)
-        if not p.is_file():
-            raise UserError(f"--workload {workload}: no such file")
-        workload_text = p.read_text()
+    workload_format = _opt(options, "workload_format", "") or None
+    workload_options = parse_options_flag(_opt(options, "workload_options", "") or "")
+    workload_text = workload_file_text(workload)
+    tokenizer = _opt(options, "tokenizer", "") or None
+    tokenizer_json = tokenizer_file_text(tokenizer) if tokenizer else None
     trace = _opt(options, "trace", "") or None
     trace_text = None
-    arrival = _opt(options, "arrival", "poisson")
-    if arrival == "trace":
-        if not trace:
-            raise UserError("--arrival trace needs --trace FILE")
+    arrival = _opt(options, "arrival", "auto") or "auto"
+    if arrival in ("auto", "trace") and not trace:
+        has_ts = has_timestamps(workload, workload_format, workload_options, tokenizer)
+        if arrival == "trace" and not has_ts:
+            raise UserError(
+                "--arrival trace needs --trace FILE or a workload with timestamps (a Mooncake or Azure trace, "
+                "or a session file with arrival_s)"
+            )
+        arrival = "trace" if has_ts else "poisson"
+    if arrival == "trace" and trace:
         if not Path(trace).is_file():
             raise UserError(f"--trace {trace}: no such file")
         trace_text = Path(trace).read_text()
+    trace_time_scale = float(_opt(options, "trace_time_scale", 1.0))
+    trace_rate = None
+    if arrival == "trace" and rate_text:
+        if trace_time_scale != 1.0:
+            raise UserError("--rate and --trace-time-scale both rescale the trace; give one of them")
+        trace_rate = rate
     api_key_env = _opt(options, "api_key_env", "") or None
     if api_key_env and api_key_env not in os.environ:
         raise UserError(f"--api-key-env {api_key_env}: that environment variable is not set")
@@ -130,13 +146,18 @@ def config_from_options(options: Any) -> RunConfig:
         run_id=run_id,
         workload=workload,
         workload_text=workload_text,
+        workload_format=workload_format,
+        workload_options=workload_options,
+        tokenizer=tokenizer,
+        tokenizer_json=tokenizer_json,
         seed=int(_opt(options, "seed", 0)),
         arrival=arrival,
         rate_per_s=rate,
         burstiness=burstiness,
         trace_path=trace,
         trace_text=trace_text,
-        trace_time_scale=float(_opt(options, "trace_time_scale", 1.0)),
+        trace_time_scale=trace_time_scale,
+        trace_rate_per_s=trace_rate,
         concurrency=concurrency or None,
         num_sessions=num_sessions or None,
         duration_s=duration_s,

@@ -32,9 +32,12 @@ class RunOptions:
     """What the click front collected; names match the locustfile options."""
 
     workload: str = "agentic-coding"
+    workload_format: str | None = None
+    workload_options: str | None = None
+    tokenizer: str | None = None
     seed: int = 0
-    arrival: str = "poisson"
-    rate: str = "1"
+    arrival: str = "auto"
+    rate: str | None = None  # None: 1/s, or a trace's own rate
     burstiness: float = 1.0
     trace: str | None = None
     trace_time_scale: float = 1.0
@@ -96,13 +99,11 @@ def validate(opts: RunOptions) -> None:
     if opts.expect_model:
         opts.expect = {**opts.expect, "model": opts.expect_model}
     from analysis.units import parse_duration_s, parse_rate_per_s
-    from workloads import load_workload
-    from workloads.errors import WorkloadError
+    from loadgen.run_workload import load_workload_named, parse_options_flag
 
-    try:
-        load_workload(opts.workload)
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
+    workload = load_workload_named(
+        opts.workload, opts.workload_format, parse_options_flag(opts.workload_options or ""), opts.tokenizer
+    )
     for flag, value, parse in (
         ("--rate", opts.rate, parse_rate_per_s),
         ("--duration", opts.duration, parse_duration_s),
@@ -156,7 +157,6 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
         "--workload", opts.workload,
         "--seed", str(opts.seed),
         "--arrival", opts.arrival,
-        "--rate", str(opts.rate),
         "--burstiness", str(opts.burstiness),
         "--trace-time-scale", str(opts.trace_time_scale),
         "--concurrency", str(opts.concurrency),
@@ -170,6 +170,10 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
         "--on-worker-loss", opts.on_worker_loss,
     ]  # fmt: skip
     optional = {
+        "--rate": None if opts.rate is None else str(opts.rate),
+        "--workload-format": opts.workload_format,
+        "--workload-options": opts.workload_options,
+        "--tokenizer": opts.tokenizer,
         "--trace": opts.trace,
         "--duration": opts.duration,
         "--model": opts.model,

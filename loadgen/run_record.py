@@ -27,9 +27,9 @@ def target_identity(cfg: RunConfig) -> dict[str, Any]:
 
 def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[str, Any]:
     """The ``run.json`` fields known when the run starts (docs/results-format.md)."""
-    from workloads import load_workload
+    from loadgen.run_workload import config_workload
 
-    wl = load_workload(cfg.workload)
+    wl = config_workload(cfg)
     target: dict[str, Any] = {
         "label": cfg.target_label,
         "url": cfg.target_url,
@@ -46,6 +46,11 @@ def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[s
     arrival: dict[str, Any] = {"kind": "closed-loop" if cfg.concurrency else cfg.arrival}
     if cfg.concurrency:
         arrival["concurrency"] = cfg.concurrency
+    elif cfg.arrival == "trace":
+        arrival["source"] = "file" if cfg.trace_path else "workload"
+        arrival["time_scale"] = cfg.trace_time_scale
+        if cfg.trace_rate_per_s is not None:
+            arrival["rate_per_s"] = cfg.trace_rate_per_s
     else:
         arrival["rate_per_s"] = cfg.rate_per_s
         if cfg.arrival == "gamma":
@@ -55,7 +60,14 @@ def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[s
         "seed": cfg.seed,
         "mode": cfg.mode,
         "arrival": arrival,
-        "workload": {"name": wl.name, "source": cfg.workload, "fingerprint": wl.fingerprint()},
+        "workload": {
+            "name": wl.name,
+            "source": cfg.workload,
+            "kind": wl.kind,
+            "fingerprint": wl.fingerprint(),
+            **({"options": cfg.workload_options} if cfg.workload_options else {}),
+        },
+        "tokenizer": wl.tokenizer.describe(),
         "num_sessions": cfg.num_sessions,
         "duration_s": cfg.duration_s,
         "warmup_s": cfg.warmup_s,

@@ -141,16 +141,13 @@ class LoadgenRuntime:
             self._fatal(str(e.message), 2)
 
     def _start_run(self, cfg: RunConfig) -> None:
-        from workloads import load_workload
+        from loadgen.run_workload import config_workload
 
         self._reset_collector()
         self.config = cfg
         slos = parse_slos(cfg.slos)
         self.aggregate = MetricsAggregate(slos.request_meets if slos.per_request else None)
-        try:
-            load_workload(cfg.workload)  # validate before any load is sent
-        except Exception as e:
-            raise UserError(f"--workload: {e}") from None
+        config_workload(cfg)  # validate before any load is sent
         lead = START_LEAD_LOCAL_S if self.role == "local" or self._workers_all_local() else START_LEAD_DISTRIBUTED_S
         self.t0_unix_s = time.time() + lead
         self.t_end_unix_s = None

@@ -96,7 +96,6 @@ def plan_from_flags(
     max_error_rate: str,
     rate_given: bool,
     concurrency: int,
-    arrival: str,
 ) -> SweepPlan:
     """Check the sweep's own flags (before any process starts) and return the plan."""
     from analysis.slo import parse_slos
@@ -107,10 +106,6 @@ def plan_from_flags(
         raise UserError("sweep sets the rate of each run; drop --rate and give --rates 1,2,4 or --search")
     if concurrency:
         raise UserError("sweep varies the arrival rate of an open loop; drop --concurrency")
-    if arrival == "trace":
-        raise UserError(
-            "sweep varies the arrival rate; --arrival trace replays fixed times (use poisson, gamma or constant)"
-        )
     if bool(rates) == search:
         raise UserError(
             "give either --rates 1,2,4,8 (a grid) or --search --min-rate R --max-rate R (a bisection)"
@@ -206,8 +201,7 @@ def run_sweep_command(flags: dict[str, Any], *, rate_given: bool) -> int:
 
     sweep_keys = ("rates", "search", "min_rate", "max_rate", "steps", "max_error_rate")
     own = {k: flags.pop(k) for k in sweep_keys}
-    plan = plan_from_flags(slo=flags.get("slo"), rate_given=rate_given, concurrency=flags.get("concurrency", 0),
-                           arrival=flags.get("arrival", "poisson"), **own)  # fmt: skip
+    plan = plan_from_flags(slo=flags.get("slo"), rate_given=rate_given, concurrency=flags.get("concurrency", 0), **own)
     base = RunOptions(**flags)
     try:
         result, sweep_dir = run_sweep(base, plan)
@@ -222,7 +216,7 @@ def run_sweep_command(flags: dict[str, Any], *, rate_given: bool) -> int:
 
 
 def _options(opts: RunOptions) -> dict[str, Any]:
-    keep = ("workload", "seed", "arrival", "burstiness", "num_sessions", "duration", "warmup", "target",
+    keep = ("workload", "workload_format", "workload_options", "seed", "arrival", "burstiness", "num_sessions", "duration", "warmup", "target",
             "adapter", "model", "profile", "time_scale", "replicas", "router", "engine", "workers", "cost_per_hour")  # fmt: skip
     return {k: getattr(opts, k) for k in keep}
 

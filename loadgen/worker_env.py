@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gc
-import os
-import tempfile
 from typing import Any
 
 from loadgen.config import RunConfig
@@ -25,13 +23,6 @@ def quiet_gc() -> None:
 
 def load_plan_workload(cfg: RunConfig) -> Any:
     """The workload on a worker: the master's file content when the path does not exist here."""
-    from workloads import load_workload
+    from loadgen.run_workload import config_workload
 
-    if cfg.workload_text is not None and not os.path.exists(cfg.workload):
-        suffix = os.path.splitext(cfg.workload)[1]
-        d = tempfile.mkdtemp(prefix="loadgen-workload-")
-        path = os.path.join(d, os.path.basename(cfg.workload) or f"workload{suffix}")
-        with open(path, "w") as f:
-            f.write(cfg.workload_text)
-        return load_workload(path)
-    return load_workload(cfg.workload)
+    return config_workload(cfg)

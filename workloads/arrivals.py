@@ -20,7 +20,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -137,6 +137,31 @@ def trace(
     if duration is not None:
         return times[times < duration]
     return times
+
+
+def rescale(
+    offsets: np.ndarray, *, time_scale: float | None = None, rate_per_s: float | str | None = None
+) -> np.ndarray:
+    """Sorted offsets rebased to start at 0 and stretched: by ``time_scale``, or to a mean rate.
+
+    ``rate_per_s`` multiplies every gap by one factor so that (n - 1) / span equals it: the trace's
+    shape (bursts, lulls, the order of sessions) is kept, only its speed changes.
+    """
+    if (time_scale is None) == (rate_per_s is None):
+        raise WorkloadError("arrivals: rescale: give exactly one of time_scale or rate_per_s")
+    times = np.sort(np.asarray(offsets, dtype=np.float64))
+    if len(times) == 0:
+        return times
+    times = times - times[0]
+    if time_scale is not None:
+        if isinstance(time_scale, bool) or not (math.isfinite(time_scale) and time_scale > 0):
+            raise WorkloadError(f"arrivals: time_scale {time_scale!r} is not allowed; use a number > 0")
+        return times * float(time_scale)
+    rate = _rate(rate_per_s)  # type: ignore[arg-type]
+    span = float(times[-1])
+    if len(times) < 2 or span <= 0:
+        raise WorkloadError("arrivals: cannot rescale a trace to a rate: all its arrivals are at one instant")
+    return times * ((len(times) - 1) / span / rate)
 
 
 def schedule(
@@ -337,12 +362,23 @@ def _csv_timestamps(path: Path, text: str) -> list[float]:
             "give a CSV whose header names a timestamp column"
         )
     col = cols[0]
+    cells = (
+        (lineno, row[col].strip() if col < len(row) else "")
+        for lineno, row in enumerate(reader, start=2)
+        if row and any(cell.strip() for cell in row)
+    )
+    return csv_time_values(path, cells)
+
+
+def csv_time_values(path: Path | str, cells: Iterable[tuple[int, str]]) -> list[float]:
+    """Seconds from (line number, cell) pairs: all numbers of seconds, or all ISO datetimes.
+
+    Datetimes count from the first one (Azure's ``2023-11-16 18:15:46.6805900``); a file that mixes
+    the two, or times with and without a zone, is an error naming the line.
+    """
     out: list[float] = []
     origin: datetime | None = None
-    for lineno, row in enumerate(reader, start=2):
-        if not row or not any(cell.strip() for cell in row):
-            continue
-        cell = row[col].strip() if col < len(row) else ""
+    for lineno, cell in cells:
         if _is_number(cell):
             if origin is not None:
                 raise WorkloadError(f"{path} line {lineno}: timestamp: {cell!r} mixes numbers with datetimes")

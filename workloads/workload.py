@@ -6,14 +6,17 @@ of workers or of sessions asked for, which is what pairs the two arms of an A/B 
 
 from __future__ import annotations
 
+import hashlib
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from workloads.errors import WorkloadError
 from workloads.model import Session
-from workloads.tokenizer import synthetic_text
+from workloads.text import BUILTIN, TextTokenizer
 
 
 class Workload(ABC):
@@ -26,6 +29,8 @@ class Workload(ABC):
     name: str
     source: str
     kind: str
+    # Builds synthetic texts and counts tokens; --tokenizer swaps in an exact one.
+    tokenizer: TextTokenizer = BUILTIN
 
     @property
     @abstractmethod
@@ -48,6 +53,21 @@ class Workload(ABC):
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description for run.json: kind, name, source, fingerprint and the content."""
+
+    def with_tokenizer(self, fingerprint: str) -> str:
+        """``fingerprint`` extended by a non-built-in tokenizer's, which builds other texts."""
+        desc = self.tokenizer.describe()
+        if desc.get("kind") == BUILTIN.kind:
+            return fingerprint
+        return hashlib.sha256(f"{fingerprint}:tokenizer:{desc.get('sha256', desc['name'])}".encode()).hexdigest()
+
+    def arrival_offsets(self) -> np.ndarray | None:
+        """Arrival offsets carried by the source (seconds from the first, one per session, sorted).
+
+        None when the source has no timing (specs, datasets without timestamps): arrivals then come
+        from the arrival process. Session k is the k-th arrival.
+        """
+        return None
 
     def sessions(self, seed: int, n: int, start: int = 0) -> Iterator[Session]:
         """Sessions ``start .. start+n-1``."""
@@ -86,10 +106,10 @@ def session_id(seed: int, index: int) -> str:
     return f"s{seed}-{index:06d}"
 
 
-def system_prompt_text(seed: int, tenant: str, n_tokens: int) -> str:
+def system_prompt_text(seed: int, tenant: str, n_tokens: int, tokenizer: TextTokenizer = BUILTIN) -> str:
     """A tenant's system prompt: the same text for every session of ``tenant`` under ``seed``.
 
     Built from (seed, tenant) only, and the shorter prompt is a prefix of the longer one, so a prefix
     cache shares it across the tenant's sessions.
     """
-    return synthetic_text(n_tokens, random.Random(f"{seed}:system:{tenant}:text"))
+    return tokenizer.text(n_tokens, random.Random(f"{seed}:system:{tenant}:text"))

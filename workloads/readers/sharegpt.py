@@ -1,0 +1,214 @@
+"""ShareGPT-style conversations: each conversation is a multi-turn session.
+
+Accepted shapes (a JSON array of conversations in a ``.json`` file, or one per line in ``.jsonl``)::
+
+    {"id": "abc", "conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}]}
+    {"id": "abc", "messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}
+
+(``conversation`` is taken like ``messages``.) Roles: ``human``/``user``, ``gpt``/``assistant``/
+``chatgpt``/``bard``/``bing``/``model``, ``system``, ``tool``/``function``/``observation``.
+
+How a conversation becomes a session:
+
+* a ``system`` message before the first user message is the session's system prompt;
+* every user-side message (user or tool) starts a turn; several in a row are joined into one turn
+  (blank line between them; role ``tool`` only when all of them are tool results);
+* the assistant reply that follows a turn gives that turn's ``max_tokens`` (its token count, at
+  least 1): replaying asks the server for an answer as long as the recorded one, and the history of
+  later turns holds what the server actually streamed;
+* assistant messages before the first user message, and a last user turn with no reply (its output
+  length is unknown) are left out, and counted in the reader's statistics;
+* ``think_time`` (a workload option, default 0) is the pause before each follow-up turn.
+
+Options: ``min_turns`` / ``max_turns`` drop conversations with fewer / more turns;
+``min_prompt_tokens`` / ``max_prompt_tokens`` drop conversations whose longest prompt (the last
+turn's system prompt, user/tool messages and recorded replies) is shorter / longer;
+``think_time``; ``tenant``. Dropped conversations are counted, never silently lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from workloads.dataset import DatasetWorkload
+from workloads.errors import WorkloadError
+from workloads.readers.base import (
+    WorkloadReader,
+    iter_json_array,
+    iter_json_lines,
+    open_text,
+    option_duration,
+    option_int,
+    short,
+)
+from workloads.spec import DEFAULT_TENANT
+from workloads.text import BUILTIN, TextTokenizer
+
+USER_ROLES = frozenset({"human", "user"})
+ASSISTANT_ROLES = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing", "model"})
+TOOL_ROLES = frozenset({"tool", "function", "observation"})
+SYSTEM_ROLES = frozenset({"system"})
+MESSAGE_LISTS = (("conversations", "from", "value"), ("messages", "role", "content"), ("conversation", "role", "content"))
+
+
+class ShareGPTReader(WorkloadReader):
+    name = "sharegpt"
+    description = "ShareGPT-style conversations (conversations: [{from, value}]), one session each"
+    suffixes = (".json", ".jsonl")
+    options = {
+        "min_turns": "drop conversations with fewer turns (default 1)",
+        "max_turns": "drop conversations with more turns",
+        "min_prompt_tokens": "drop conversations whose longest prompt is shorter",
+        "max_prompt_tokens": "drop conversations whose longest prompt is longer",
+        "think_time": "pause before each follow-up turn (default 0s)",
+        "tenant": "tenant name of every session (default 'default')",
+    }
+
+    @classmethod
+    def sniff(cls, path: Path, first: Any) -> bool:
+        return isinstance(first, dict) and any(key in first for key, _, _ in MESSAGE_LISTS)
+
+    def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
+        where = str(path)
+        self.check_options(options, where)
+        min_turns = option_int(options, "min_turns", 1, where=where, at_least=1)
+        max_turns = option_int(options, "max_turns", None, where=where, at_least=1)
+        min_prompt = option_int(options, "min_prompt_tokens", 0, where=where)
+        max_prompt = option_int(options, "max_prompt_tokens", None, where=where, at_least=1)
+        think = option_duration(options, "think_time", 0.0, where=where)
+        tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
+        text = open_text(path, "ShareGPT file")
+        stripped = text.lstrip()
+        items = iter_json_array(path, text) if stripped.startswith("[") else iter_json_lines(path, text)
+        records: list[dict[str, Any]] = []
+        seen_ids: dict[str, int] = {}
+        dropped = {"no_reply": 0, "min_turns": 0, "max_turns": 0, "min_prompt_tokens": 0, "max_prompt_tokens": 0}
+        trailing_user_turns = 0
+        conversations = 0
+        for lineno, obj in items:
+            conversations += 1
+            at = f"{where} line {lineno}"
+            rec, trailing = _conversation(obj, at, tokenizer)
+            trailing_user_turns += trailing
+            if rec is None:
+                dropped["no_reply"] += 1
+                continue
+            n_turns = len(rec["turns"])
+            longest = _longest_prompt(rec, tokenizer)
+            reason = None
+            if n_turns < min_turns:
+                reason = "min_turns"
+            elif max_turns is not None and n_turns > max_turns:
+                reason = "max_turns"
+            elif longest < min_prompt:
+                reason = "min_prompt_tokens"
+            elif max_prompt is not None and longest > max_prompt:
+                reason = "max_prompt_tokens"
+            if reason:
+                dropped[reason] += 1
+                continue
+            base = rec["id"] or f"{path.stem}-{lineno}"
+            # ShareGPT dumps repeat ids (a long chat split in parts): keep them apart.
+            count = seen_ids.get(base, 0)
+            seen_ids[base] = count + 1
+            rec["id"] = base if count == 0 else f"{base}#{count}"
+            rec["tenant"] = tenant
+            for t in rec["turns"][1:]:
+                t["think_time"] = think
+            records.append(rec)
+        if conversations == 0:
+            raise WorkloadError(f"{where}: holds no conversations; give a JSON list (or JSON lines) of conversations")
+        if not records:
+            kept = ", ".join(f"{k} {v}" for k, v in dropped.items() if v)
+            raise WorkloadError(
+                f"{where}: none of its {conversations} conversations is left after the filters ({kept}); "
+                "loosen --workload-options"
+            )
+        stats = {
+            "conversations": conversations,
+            "dropped": {k: v for k, v in dropped.items() if v},
+            "trailing_user_turns_left_out": trailing_user_turns,
+        }
+        return DatasetWorkload(
+            records,
+            kind=self.name,
+            name=path.stem,
+            source=where,
+            options=dict(options),
+            stats=stats,
+            tokenizer=tokenizer,
+        )
+
+
+def _messages(obj: Any, at: str) -> list[tuple[str, str]]:
+    if not isinstance(obj, dict):
+        raise WorkloadError(f"{at}: {short(obj)} is not a JSON object; give {{\"conversations\": [...]}}")
+    for key, role_key, text_key in MESSAGE_LISTS:
+        if key not in obj:
+            continue
+        raw = obj[key]
+        if not isinstance(raw, list):
+            raise WorkloadError(f"{at}: {key}: {short(raw)} is not a list; give a list of messages")
+        out = []
+        for i, m in enumerate(raw):
+            if not isinstance(m, dict):
+                raise WorkloadError(f"{at}: {key}[{i}]: {short(m)} is not an object; give {{{role_key}, {text_key}}}")
+            role = m.get(role_key)
+            if not isinstance(role, str):
+                raise WorkloadError(f"{at}: {key}[{i}].{role_key}: {short(role)} is missing or not text")
+            role = role.strip().lower()
+            if role not in USER_ROLES | ASSISTANT_ROLES | TOOL_ROLES | SYSTEM_ROLES:
+                raise WorkloadError(
+                    f"{at}: {key}[{i}].{role_key}: unknown role {short(role)}; use human/user, gpt/assistant, system or tool"
+                )
+            content = m.get(text_key)
+            if content is None:
+                content = ""
+            if not isinstance(content, str):
+                raise WorkloadError(f"{at}: {key}[{i}].{text_key}: {short(content)} is not text; use a string")
+            out.append((role, content))
+        return out
+    keys = ", ".join(k for k, _, _ in MESSAGE_LISTS)
+    raise WorkloadError(f"{at}: no messages; a conversation needs one of {keys}")
+
+
+def _conversation(obj: Any, at: str, tokenizer: TextTokenizer) -> tuple[dict[str, Any] | None, int]:
+    """The session record of one conversation (None when no turn has a reply) and its dropped tail."""
+    messages = _messages(obj, at)
+    cid = obj.get("id")
+    if cid is not None and not isinstance(cid, str | int):
+        raise WorkloadError(f"{at}: id: {short(cid)} is not allowed; use a string or leave it out")
+    system = ""
+    turns: list[dict[str, Any]] = []
+    pending: list[tuple[str, str]] = []
+    for role, content in messages:
+        if role in SYSTEM_ROLES:
+            if not turns and not pending and not system:
+                system = content
+                continue
+            pending.append(("user", content))  # a later system message is part of the next turn
+        elif role in ASSISTANT_ROLES:
+            if not pending:
+                continue  # a reply before any question, or a second reply in a row
+            turns.append(_turn(pending, content, tokenizer))
+            pending = []
+        else:
+            pending.append(("tool" if role in TOOL_ROLES else "user", content))
+    if not turns:
+        return None, 1 if pending else 0
+    return {"id": None if cid is None else str(cid), "system_prompt": system, "turns": turns}, 1 if pending else 0
+
+
+def _turn(pending: list[tuple[str, str]], reply: str, tokenizer: TextTokenizer) -> dict[str, Any]:
+    role = "tool" if all(r == "tool" for r, _ in pending) else "user"
+    content = "\n\n".join(c for _, c in pending)
+    return {"content": content, "role": role, "max_tokens": max(1, tokenizer.count(reply))}
+
+
+def _longest_prompt(rec: dict[str, Any], tokenizer: TextTokenizer) -> int:
+    total = tokenizer.count(rec["system_prompt"])
+    for t in rec["turns"][:-1]:
+        total += tokenizer.count(t["content"]) + t["max_tokens"]
+    return total + tokenizer.count(rec["turns"][-1]["content"])
