@@ -33,7 +33,16 @@ HIST_SIGNIFICANT_DIGITS = 3
 METRICS = ("ttft", "ttft_sched", "schedule_lag", "itl", "tpot", "e2e", "tokens_per_chunk")
 # tokens_per_chunk is a count, not a duration; it shares the histogram machinery.
 
-ERROR_CATEGORIES = ("http_4xx", "http_429", "http_5xx", "timeout", "connection", "stream_cut", "bad_chunk")
+ERROR_CATEGORIES = (
+    "http_3xx", "http_4xx", "http_429", "http_5xx", "timeout", "connection", "stream_cut", "bad_chunk",
+)  # fmt: skip
+# Who is at fault: the request or the target's address (a redirect, a rejected request: fix the
+# client's configuration) vs the server failing or refusing under load (everything else).
+CLIENT_ERROR_CATEGORIES = ("http_3xx", "http_4xx")
+SERVER_FAULT_CATEGORIES = tuple(c for c in ERROR_CATEGORIES if c not in CLIENT_ERROR_CATEGORIES)
+
+# Step kinds of a session's DAG (the record's step_kind); older records have only turn_class.
+STEP_KINDS = ("first", "follow-up", "fan-out child", "join")
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -74,6 +83,15 @@ class RequestRecord:
     error_message: str | None = None
     http_status: int | None = None
     server_timings: dict[str, Any] | None = None  # engine-reported per-request timings
+    throttled: int = 0  # 429 answers waited out (Retry-After) and retried before this outcome
+    # The session's DAG (absent in files written before it existed: read as None). step_kind is
+    # "first" | "follow-up" | "fan-out child" | "join"; depth is 0 at the first step; session_steps
+    # is how many steps the session has, so a reader can tell a finished session from a cut one.
+    step_id: str | None = None
+    step_kind: str | None = None
+    parent_ids: list[str] | None = None
+    depth: int | None = None
+    session_steps: int | None = None
 
     # Derived values: the formulas of DESIGN §4, in one place.
     @property

@@ -315,6 +315,10 @@ def _errors(measured: list[RequestRecord]) -> dict[str, Any]:
         "total": total,
         "rate": _r(total / len(measured), 6) if measured else None,
         "by_category": dict(sorted(by.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))),
+        "server_faults": total - client,
+        "client_errors": client,
+        # Not failures: 429s the server asked to be retried later (Retry-After), and were.
+        "throttled_retries": sum(r.throttled for r in measured),
     }
 
 

@@ -99,6 +99,11 @@ def format_summary(summary: dict[str, Any] | str | Path) -> str:
     )
     if err["by_category"]:
         out.append("errors      " + "  ".join(f"{k} {v:,}" for k, v in err["by_category"].items()))
+        if "server_faults" in err:
+            out.append(f"            server faults {err['server_faults']:,}  client errors {err['client_errors']:,}")
+    if err.get("throttled_retries"):
+        out.append(f"throttled   {err['throttled_retries']:,} retries after 429 + Retry-After (not failures)")
+    out.extend(target_checks_lines(summary))
     if summary.get("notes"):
         out.append("notes")
         out.extend(f"  - {n}" for n in summary["notes"])

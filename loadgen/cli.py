@@ -59,6 +59,11 @@ def run_options(f: Callable) -> Callable:
         click.option("--target-label", default=None),
         click.option("--cost-per-hour", type=float, default=None, help="Target cost in USD/hour (tokens per dollar)."),
         click.option("--request-timeout", type=DURATION, default="300s", show_default=True),
+        click.option("--first-byte-timeout", type=DURATION, default="0s", show_default=True, help="Deadline from request sent to response headers (0s = off)."),
+        click.option("--idle-timeout", type=DURATION, default="0s", show_default=True, help="Longest silence between chunks of a response (0s = off)."),
+        click.option("--retry-after-cap", type=DURATION, default="0s", show_default=True, help="Wait out a 429's Retry-After up to this, then resend (0s = off: a 429 fails)."),
+        click.option("--ca-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificates to trust for an https:// target."),
+        click.option("--insecure", is_flag=True, help="https:// without certificate checks (recorded in run.json as a warning)."),
         click.option("--stop-timeout", type=DURATION, default="30s", show_default=True, help="How long requests on the wire may finish at stop."),
         click.option("--slo", default=None, help="e.g. ttft_p99=500ms,itl_p99=50ms; per request: ttft=1s,tpot=80ms."),
         click.option("--max-schedule-lag", type=DURATION, default="10ms", show_default=True),
@@ -230,6 +235,41 @@ def sweep(**kwargs: Any) -> None:
     ctx = click.get_current_context()
     rate_given = ctx.get_parameter_source("rate") is not click.core.ParameterSource.DEFAULT
     sys.exit(run_sweep_command(kwargs, rate_given=rate_given))
+
+
+@main.command()
+@click.option("--target", required=True, help="Base URL of the server, e.g. http://127.0.0.1:8000.")
+@click.option("--model", default=None, help="Model name to send.")
+@click.option("--eval", "eval_file", default=None, metavar="FILE", help="Eval set (JSONL) [default: the shipped one].")
+@click.option("--adapter", default="openai-chat", show_default=True, help="API flavour (loadgen.targets entry points).")
+@click.option("--api-key-env", default=None, help="Environment variable that holds the API key.")
+@click.option("--min-score", type=float, default=None, metavar="MIN", help="Exit 2 when the score (0-1) is below MIN.")
+def quality(target: str, model: str | None, eval_file: str | None, adapter: str, api_key_env: str | None,
+            min_score: float | None) -> None:  # fmt: skip
+    """Ask the target a small exact-match eval (greedy) and print each answer and the score."""
+    from loadgen.quality import run_quality_command
+
+    sys.exit(run_quality_command(target, model=model, eval_file=eval_file, adapter=adapter,
+                                 api_key_env=api_key_env, min_score=min_score))  # fmt: skip
+
+
+@main.command()
+@click.option("--listen", default="127.0.0.1:8001", show_default=True, help="HOST:PORT to serve on (port 0 picks one).")
+@click.option("--upstream", required=True, help="Base URL of the real server, e.g. http://127.0.0.1:8000.")
+@click.option("--out", required=True, help="Session file (.jsonl) to write; must be new or empty.")
+@click.option("--session-header", default="X-Session-ID", show_default=True, help="Header that names the session.")
+@click.option("--redact", is_flag=True, help="Replace all text with filler of the same length and token count.")
+@click.option("--idle-timeout", type=DURATION, default="300s", show_default=True, help="A session this idle is closed and written.")
+@click.option("--tenant", default="default", show_default=True, help="Tenant written on every session.")
+def capture(listen: str, upstream: str, out: str, session_header: str, redact: bool, idle_timeout: str, tenant: str) -> None:
+    """Forward OpenAI-compatible traffic to --upstream unchanged and record it as a replayable session file."""
+    from loadgen.capture import CaptureOptions, run_capture
+
+    opts = CaptureOptions(
+        listen=listen, upstream=upstream, out=out, session_header=session_header, redact=redact,
+        idle_timeout_s=parse_duration_s(idle_timeout), tenant=tenant,
+    )  # fmt: skip
+    sys.exit(run_capture(opts))
 
 
 @main.group()

@@ -26,14 +26,31 @@ Timing (DESIGN §4, §5):
   body is drained, so the connection can carry the next turn. For failures: when the failure was
   noticed.
 
-Deadline: ``deadline_s`` bounds the whole request (connect, send, headers, every token and the
+Deadlines: ``deadline_s`` bounds the whole request (connect, send, headers, every token and the
 drain), enforced with one ``gevent.Timeout``; on expiry the result is ``timeout`` and the
-connection is discarded. Categories (``analysis.records.ERROR_CATEGORIES``): ``http_4xx``,
-``http_429``, ``http_5xx`` (non-2xx; the message is the body's first line), ``timeout``,
-``connection`` (nothing usable came back: refused, reset, closed before the headers),
-``stream_cut`` (the stream ended or broke before its end marker), ``bad_chunk`` (a line the
-adapter cannot parse). An error object inside a 2xx stream is categorised by its ``code``
-(429, other 4xx, else 5xx).
+connection is discarded. Two optional, tighter bounds are ``timeout`` too: ``first_byte_timeout_s``
+(request sent to complete response headers: catches a server that accepts and never answers, or
+trickles its headers) and ``idle_timeout_s`` (the longest silence between two reads of the body:
+catches a stream that stalls). Reading an error body or draining after the end marker is bounded
+by ``drain_timeout_s``.
+
+Categories (``analysis.records.ERROR_CATEGORIES``): ``http_3xx`` (a redirect: never followed, a
+load test must not wander to another address), ``http_4xx``, ``http_429``, ``http_5xx`` (the
+message is the body's first line), ``timeout``, ``connection`` (nothing usable came back:
+refused, reset, closed before the headers), ``stream_cut`` (the stream ended or broke before its
+end marker), ``bad_chunk`` (a line the adapter cannot parse, a line over ``max_line_bytes``, a
+body in an unsupported ``Content-Encoding``). An error object inside a 2xx stream is categorised
+by its ``code`` (429, other 4xx, else 5xx).
+
+Throttling: with ``retry_after_cap_s > 0`` a 429 that carries ``Retry-After`` of at most the cap
+(and less than the deadline left) is waited out and the request sent again, up to
+``MAX_THROTTLE_RETRIES`` times; ``StreamResult.throttled`` counts them apart from failures. The
+request keeps its first ``t_send_ns``, so its TTFT and E2E include the time the server made it
+wait. A 429 without ``Retry-After``, or asking for longer than the cap, is an ``http_429`` result.
+
+Hostile bodies: ``\r\n`` or ``\n`` line ends, chunked bodies (trailers included),
+close-delimited HTTP/1.0 bodies, and gzip/deflate bodies (``Accept-Encoding: identity`` is
+asked, but a server may compress anyway) are read correctly; anything else ends as a category.
 
 A ``SessionConnection`` is used by one greenlet at a time (one session's turns are sequential).
 """
@@ -44,8 +61,10 @@ import email.utils
 import ipaddress
 import select
 import socket
+import ssl
 import struct
 import time
+import zlib
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -58,15 +77,18 @@ from targets.adapters.base import Adapter, BadChunk, PreparedRequest, StreamEven
 __all__ = [
     "BAD_CHUNK",
     "CONNECTION",
+    "HTTP_3XX",
     "HTTP_4XX",
     "HTTP_5XX",
     "HTTP_429",
+    "MAX_THROTTLE_RETRIES",
     "STREAM_CUT",
     "TIMEOUT",
     "SessionConnection",
     "StreamResult",
 ]
 
+HTTP_3XX = "http_3xx"
 HTTP_4XX = "http_4xx"
 HTTP_429 = "http_429"
 HTTP_5XX = "http_5xx"
@@ -78,6 +100,9 @@ BAD_CHUNK = "bad_chunk"
 _perf_ns = time.perf_counter_ns
 _MESSAGE_CHARS = 200
 _USER_AGENT = "loadgen/0.1"
+MAX_THROTTLE_RETRIES = 5
+# zlib window bits: 32 + 15 reads a zlib or a gzip header, whichever the body starts with.
+_INFLATE_WBITS = {"gzip": 47, "x-gzip": 47, "deflate": 47}
 
 
 @dataclass(slots=True)
@@ -87,7 +112,8 @@ class StreamResult:
     ``chunk_ns`` and ``chunk_tokens`` are parallel lists over token-bearing chunks. ``text`` is
     the generated text (what the runtime appends to the conversation). ``usage`` and
     ``server_timings`` are the last the server reported. ``reused_connection`` says whether the
-    request went over a connection kept from an earlier request.
+    request went over a connection kept from an earlier request. ``throttled`` counts 429
+    answers waited out (``Retry-After``) before this result.
     """
 
     t_send_ns: int = 0
@@ -103,6 +129,7 @@ class StreamResult:
     error_message: str | None = None
     retry_after_s: float | None = None
     reused_connection: bool = False
+    throttled: int = 0
 
     @property
     def ok(self) -> bool:
@@ -118,6 +145,10 @@ class StreamResult:
         if self.usage is not None and self.usage.completion_tokens is not None:
             return self.usage.completion_tokens
         return sum(self.chunk_tokens)
+
+
+class _FirstByteTimeout(Exception):
+    """The response headers did not arrive within the first-byte timeout."""
 
 
 class _ClosedBeforeResponse(Exception):
@@ -148,12 +179,23 @@ class _Response(HTTPResponse):
     """geventhttpclient's C HTTP/1.1 parser (chunked and close-delimited bodies) over our socket,
     with a line reader that remembers when the bytes of the returned line arrived."""
 
-    def __init__(self, sock: socket.socket, block_size: int, kernel_timestamps: bool = False) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        block_size: int,
+        kernel_timestamps: bool = False,
+        max_line_bytes: int = 8 << 20,
+    ) -> None:
         super().__init__("POST")
         self.sock = sock
         self.block_size = block_size
+        self.max_line_bytes = max_line_bytes
         self.t_recv_ns = 0
         self.received = 0
+        self._scan_from = 0  # bytes of the buffer already searched for a newline
+        self._inflate = None  # a decompressor's decompress() when the body is compressed
+        self._undecodable: str | None = None
+        self.ended_mid_line = False  # the body ended with a line that has no newline
         self._recv = self._recv_kernel_stamped if kernel_timestamps else self._recv_plain
 
     def _recv_plain(self) -> bytes:
@@ -184,29 +226,97 @@ class _Response(HTTPResponse):
             self.received += len(data)
             self.feed(data)
 
+    def _on_headers_complete(self) -> int | bool | None:
+        skip = super()._on_headers_complete()
+        # Called by the parser before any body bytes, so every body byte goes through _on_body.
+        encoding = self.get("content-encoding")
+        if encoding:
+            name = encoding.strip().lower() if isinstance(encoding, str) else ",".join(encoding)
+            if name in _INFLATE_WBITS:
+                self._inflate = zlib.decompressobj(_INFLATE_WBITS[name]).decompress
+            elif name != "identity":
+                self._undecodable = f"body in Content-Encoding {name!r}, which loadgen cannot decode"
+        return skip
+
+    def _on_body(self, buf: bytearray) -> None:
+        if self._inflate is None:
+            self._body_buffer += buf
+            return
+        try:
+            self._body_buffer += self._inflate(buf)
+        except zlib.error as e:
+            self._inflate = None
+            self._undecodable = f"body does not decompress as its Content-Encoding says ({e})"
+
     def _fill(self) -> None:
         data = self._recv()
         # b"" (peer closed) completes a close-delimited body, or raises HTTPParseError mid-message.
         self.feed(data)
+        if self._undecodable is not None:
+            raise BadChunk(self._undecodable)
         if not data and not self.message_complete:
             raise HTTPParseError("connection closed mid-body")
 
     def readline(self) -> bytes:
-        """The next body line with its ``\\n``; b"" once the body is complete."""
+        """The next body line with its ``\\n``; b"" once the body is complete.
+
+        A line longer than ``max_line_bytes`` is ``BadChunk``: a server that never sends a
+        newline must not grow the buffer without bound.
+        """
         buf = self._body_buffer
         while True:
-            i = buf.find(b"\n")
+            i = buf.find(b"\n", self._scan_from)
             if i >= 0:
                 i += 1
                 line = bytes(buf[:i])
                 del buf[:i]
+                self._scan_from = 0
                 return line
             if self.message_complete:
+                if self._undecodable is not None:
+                    raise BadChunk(self._undecodable)
                 if buf:
                     line = bytes(buf)
                     buf.clear()
+                    self.ended_mid_line = True
                     return line
                 return b""
+            n = len(buf)
+            if n > self.max_line_bytes:
+                raise BadChunk(f"a stream line longer than {self.max_line_bytes} bytes")
+            self._scan_from = n
+            self._fill()
+
+    def read_lines(self) -> list[bytes]:
+        """Every complete body line now buffered (without their ``\\n``), reading once when there is
+        none; [] once the body is complete.
+
+        All lines returned by one call ended in the same ``recv`` (a fill happens only when no
+        line is complete), so ``t_recv_ns`` holds for each of them, as with ``readline``. One
+        split per ``recv`` instead of one search, copy and delete per line: at hundreds of
+        streams a ``recv`` often holds several events. Blank lines come back as b"" (or b"\\r").
+        """
+        buf = self._body_buffer
+        while True:
+            i = buf.rfind(b"\n", self._scan_from)
+            if i >= 0:
+                block = bytes(buf[:i])
+                del buf[: i + 1]
+                self._scan_from = 0
+                return block.split(b"\n")
+            if self.message_complete:
+                if self._undecodable is not None:
+                    raise BadChunk(self._undecodable)
+                if buf:
+                    line = bytes(buf)
+                    buf.clear()
+                    self.ended_mid_line = True
+                    return [line]
+                return []
+            n = len(buf)
+            if n > self.max_line_bytes:
+                raise BadChunk(f"a stream line longer than {self.max_line_bytes} bytes")
+            self._scan_from = n
             self._fill()
 
     def read_body(self, limit: int) -> bytes:
@@ -214,8 +324,11 @@ class _Response(HTTPResponse):
         buf = self._body_buffer
         while not self.message_complete and len(buf) <= limit:
             self._fill()
+        if self._undecodable is not None:
+            raise BadChunk(self._undecodable)
         out = bytes(buf[:limit])
         buf.clear()
+        self._scan_from = 0
         return out
 
     def keep_alive(self) -> bool:
@@ -229,8 +342,13 @@ class SessionConnection:
     appended to it. ``connect_timeout_s`` bounds each TCP connect (within the request deadline).
     ``api_key`` is sent as the adapter's auth header (``Authorization: Bearer`` for the built-in
     ones). ``extra_headers`` go on every request (a request's own headers win over them).
-    ``drain_timeout_s`` bounds reading the end of a body after its end marker; past it the
-    result stands and the connection is dropped. ``connections_opened`` counts TCP connects.
+    ``drain_timeout_s`` bounds reading the end of a body after its end marker (past it the
+    result stands and the connection is dropped) and reading an error body.
+    ``first_byte_timeout_s``, ``idle_timeout_s`` and ``retry_after_cap_s``: see the module
+    docstring (None or 0: off). ``ssl_context`` verifies ``https://`` targets (default: the
+    system's trust store; see ``targets.tls``). ``recv_delays``: a list to which every ``recv``
+    of a stream appends its receive delay (ns from the data's arrival stamp to its parsing; the
+    generator's health, ``loadgen.health``). ``connections_opened`` counts TCP connects.
     """
 
     def __init__(
@@ -243,6 +361,12 @@ class SessionConnection:
         block_size: int = 65536,
         drain_timeout_s: float = 2.0,
         max_error_body_bytes: int = 65536,
+        first_byte_timeout_s: float | None = None,
+        idle_timeout_s: float | None = None,
+        retry_after_cap_s: float = 0.0,
+        max_line_bytes: int = 8 << 20,
+        ssl_context: ssl.SSLContext | None = None,
+        recv_delays: list[int] | None = None,
     ) -> None:
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
@@ -261,6 +385,12 @@ class SessionConnection:
         self._block_size = block_size
         self._drain_timeout_s = drain_timeout_s
         self._max_error_body = max_error_body_bytes
+        self._first_byte_timeout_s = first_byte_timeout_s or None
+        self._idle_timeout_s = idle_timeout_s or None
+        self._retry_after_cap_s = retry_after_cap_s
+        self._max_line_bytes = max_line_bytes
+        self._ssl_context = ssl_context
+        self._recv_delays = recv_delays
         self._sock: socket.socket | None = None
         self._kernel_ts = False
         self._phase = "idle"
@@ -307,8 +437,15 @@ class SessionConnection:
         res = StreamResult()
         timer = gevent.Timeout(deadline_s)
         timer.start()
+        t_deadline_ns = _perf_ns() + int(deadline_s * 1e9)
         try:
             self._exchange(prepared, adapter, res)
+            while (wait_s := self._throttle_wait_s(res, t_deadline_ns)) is not None:
+                self._phase = f"waiting {wait_s:g} s as the server's Retry-After asked"
+                gevent.sleep(wait_s)
+                # The request keeps its first send time: the wait the server imposed is latency.
+                res = StreamResult(t_send_ns=res.t_send_ns, throttled=res.throttled + 1)
+                self._exchange(prepared, adapter, res)
         except gevent.Timeout as t:
             if t is not timer:
                 raise
@@ -325,8 +462,28 @@ class SessionConnection:
             res.t_end_ns = _perf_ns()
         return res
 
+    def _throttle_wait_s(self, res: StreamResult, t_deadline_ns: int) -> float | None:
+        """How long to wait before sending a throttled request again; None: the result stands."""
+        if res.error_category != HTTP_429 or self._retry_after_cap_s <= 0:
+            return None
+        wait_s = res.retry_after_s
+        why = None
+        if wait_s is None:
+            why = "no Retry-After"
+        elif wait_s > self._retry_after_cap_s:
+            why = f"Retry-After {wait_s:g} s is over the {self._retry_after_cap_s:g} s cap"
+        elif res.throttled >= MAX_THROTTLE_RETRIES:
+            why = f"still throttled after {res.throttled} retries"
+        elif _perf_ns() + int(wait_s * 1e9) >= t_deadline_ns:
+            why = f"Retry-After {wait_s:g} s is past the request deadline"
+        if why is None:
+            return wait_s
+        self._fail(res, HTTP_429, f"{res.error_message} ({why})")
+        return None
+
     def _exchange(self, prepared: PreparedRequest, adapter: Adapter, res: StreamResult) -> None:
         payload = self._encode(prepared, adapter)
+        t_first_send_ns = res.t_send_ns
         for attempt in (0, 1):
             self._phase = "connecting"
             try:
@@ -337,12 +494,23 @@ class SessionConnection:
             sock = self._sock
             res.reused_connection = not fresh
             self._phase = "sending the request"
-            resp = _Response(sock, self._block_size, self._kernel_ts)
-            res.t_send_ns = _perf_ns()
+            resp = _Response(sock, self._block_size, self._kernel_ts, self._max_line_bytes)
+            res.t_send_ns = t_first_send_ns or _perf_ns()
             try:
+                if self._idle_timeout_s is not None:
+                    sock.settimeout(None)  # the first-byte timeout, not the idle one, bounds headers
                 sock.sendall(payload)
                 self._phase = "waiting for the response headers"
-                resp.read_headers()
+                self._read_headers(resp)
+            except _FirstByteTimeout:
+                self.close()
+                self._fail(
+                    res,
+                    TIMEOUT,
+                    f"no complete response headers within {self._first_byte_timeout_s:g} s of sending "
+                    f"the request (first-byte timeout; {resp.received} bytes came)",
+                )
+                return
             except (OSError, HTTPParseError, _ClosedBeforeResponse) as e:
                 self.close()
                 # A kept connection the server closed while idle: nothing was processed, so the
@@ -353,6 +521,8 @@ class SessionConnection:
                 return
             break
         status = res.http_status = resp.get_code()
+        if self._idle_timeout_s is not None:
+            sock.settimeout(self._idle_timeout_s)
         if not 200 <= status < 300:
             self._http_error(resp, res, status)
         elif prepared.stream:
@@ -360,9 +530,21 @@ class SessionConnection:
         else:
             self._read_whole(resp, adapter, res)
 
+    def _read_headers(self, resp: _Response) -> None:
+        if self._first_byte_timeout_s is None:
+            resp.read_headers()
+            return
+        timer = gevent.Timeout(self._first_byte_timeout_s, _FirstByteTimeout())
+        timer.start()
+        try:
+            resp.read_headers()
+        finally:
+            timer.close()
+
     def _read_stream(self, resp: _Response, adapter: Adapter, res: StreamResult) -> None:
         parse = adapter.new_stream().parse_line
-        readline = resp.readline
+        read_lines = resp.read_lines
+        delays = self._recv_delays
         chunk_ns = res.chunk_ns
         chunk_tokens = res.chunk_tokens
         parts: list[str] = []
@@ -371,37 +553,54 @@ class SessionConnection:
         done = False
         self._phase = "streaming"
         try:
-            while True:
-                line = readline()
-                if not line:
+            while not (done or error):
+                lines = read_lines()
+                if not lines:
                     break
-                if line == b"\n" or line == b"\r\n":
-                    continue
-                ev = parse(line)
-                if ev is None:
-                    continue
-                if ev.tokens:
-                    chunk_ns.append(resp.t_recv_ns)
-                    chunk_tokens.append(ev.tokens)
-                if ev.text:
-                    parts.append(ev.text)
-                if ev.usage is not None:
-                    usage = ev.usage
-                if ev.server_timings is not None:
-                    timings = ev.server_timings
-                if ev.error is not None:
-                    error = ev
-                    break
-                if ev.done:
-                    done = True
-                    break
+                t_recv_ns = resp.t_recv_ns
+                if delays is not None:
+                    delays.append(_perf_ns() - t_recv_ns)
+                for line in lines:
+                    if not line or line == b"\r":
+                        continue
+                    ev = parse(line)
+                    if ev is None:
+                        continue
+                    if ev.tokens:
+                        chunk_ns.append(t_recv_ns)
+                        chunk_tokens.append(ev.tokens)
+                    if ev.text:
+                        parts.append(ev.text)
+                    if ev.usage is not None:
+                        usage = ev.usage
+                    if ev.server_timings is not None:
+                        timings = ev.server_timings
+                    if ev.error is not None:
+                        error = ev
+                        break
+                    if ev.done:
+                        done = True
+                        break
         except BadChunk as e:
             self.close()
-            self._fail(res, BAD_CHUNK, str(e))
+            if resp.ended_mid_line:
+                # A close-delimited body cut mid-line: the line is a fragment, not a bad chunk.
+                self._fail(res, STREAM_CUT, f"stream ended mid-line after {len(chunk_ns)} token chunks")
+            else:
+                self._fail(res, BAD_CHUNK, str(e))
+            return
+        except TimeoutError:
+            self.close()
+            self._fail(res, TIMEOUT, self._idle_message(len(chunk_ns)))
             return
         except (OSError, HTTPParseError) as e:
             self.close()
             self._fail(res, STREAM_CUT, f"stream broke after {len(chunk_ns)} token chunks: {_describe(e)}")
+            return
+        except Exception as e:
+            # A third-party adapter that trips over a line must not kill the session's greenlet.
+            self.close()
+            self._fail(res, BAD_CHUNK, f"adapter {adapter.name!r} failed on a line: {type(e).__name__}: {e}")
             return
         finally:
             res.text = "".join(parts)
@@ -429,6 +628,14 @@ class SessionConnection:
         self._phase = "reading the response body"
         try:
             body = resp.read_body(1 << 30)
+        except BadChunk as e:
+            self.close()
+            self._fail(res, BAD_CHUNK, str(e))
+            return
+        except TimeoutError:
+            self.close()
+            self._fail(res, TIMEOUT, self._idle_message(0))
+            return
         except (OSError, HTTPParseError) as e:
             self.close()
             self._fail(res, STREAM_CUT, f"body broke: {_describe(e)}")
@@ -439,6 +646,9 @@ class SessionConnection:
             ev = adapter.parse_response(body)
         except BadChunk as e:
             self._fail(res, BAD_CHUNK, str(e))
+            return
+        except Exception as e:
+            self._fail(res, BAD_CHUNK, f"adapter {adapter.name!r} failed on the body: {type(e).__name__}: {e}")
             return
         res.text, res.usage, res.server_timings = ev.text, ev.usage, ev.server_timings
         if ev.error is not None:
@@ -451,17 +661,41 @@ class SessionConnection:
             res.chunk_tokens.append(ev.tokens or 1)
             res.t_first_ns = resp.t_recv_ns
 
+    def _idle_message(self, chunks: int) -> str:
+        return f"no data for {self._idle_timeout_s:g} s after {chunks} token chunks (idle timeout)"
+
     def _http_error(self, resp: _Response, res: StreamResult, status: int) -> None:
         category = HTTP_429 if status == 429 else HTTP_5XX if status >= 500 else HTTP_4XX
         res.retry_after_s = _retry_after(resp.get("retry-after"))
+        if status < 400:
+            location = resp.get("location")
+            location = location[0] if isinstance(location, list) else location
+            self._fail(res, HTTP_3XX, f"HTTP {status}: redirect to {location or '?'}, not followed")
+            self.close()
+            return
         self._phase = "reading the error body"
+        # The whole deadline is no bound here: a server that sends an error status and then
+        # trickles or withholds the body must not hold the session for minutes.
+        timer = gevent.Timeout(self._drain_timeout_s)
+        timer.start()
+        complete = False
         try:
             body = resp.read_body(self._max_error_body)
-        except (OSError, HTTPParseError):
+            complete = True
+        except gevent.Timeout as t:
+            if t is not timer:
+                raise
+            body = bytes(resp._body_buffer[: self._max_error_body])
+        except (OSError, HTTPParseError, BadChunk):
             body = b""
+        finally:
+            timer.close()
         first = _first_line(body) or (resp.status_message or "")
         self._fail(res, category, f"HTTP {status}: {first}".rstrip(": "))
-        self._release(resp)
+        if complete:
+            self._release(resp)
+        else:
+            self.close()
 
     # ---- connection management -----------------------------------------------------------------
 
@@ -482,9 +716,11 @@ class SessionConnection:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._tls:
-                import gevent.ssl
+                if self._ssl_context is None:
+                    import gevent.ssl
 
-                sock = gevent.ssl.create_default_context().wrap_socket(sock, server_hostname=self._host)
+                    self._ssl_context = gevent.ssl.create_default_context()
+                sock = self._ssl_context.wrap_socket(sock, server_hostname=self._host)
             sock.settimeout(None)  # the request deadline (gevent.Timeout) bounds every wait
         except BaseException:
             sock.close()
@@ -531,6 +767,7 @@ class SessionConnection:
             f"Host: {self._host_header}",
             f"Content-Length: {len(prepared.body)}",
             f"User-Agent: {_USER_AGENT}",
+            "Accept-Encoding: identity",
         ]
         for k, v in headers.items():
             v = str(v)

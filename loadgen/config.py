@@ -46,6 +46,11 @@ class RunConfig:
     extra_headers: dict[str, str] = field(default_factory=dict)
     request_timeout_s: float = 300.0
     connect_timeout_s: float = 10.0
+    first_byte_timeout_s: float | None = None  # request sent -> response headers; None: off
+    idle_timeout_s: float | None = None  # longest silence inside a response body; None: off
+    retry_after_cap_s: float = 0.0  # wait out a 429's Retry-After up to this, then retry; 0: off
+    ca_cert: str | None = None  # PEM file trusted for https targets (content in ca_cert_pem)
+    insecure_tls: bool = False  # https without certificate checks (recorded as a warning)
     target_kind: str = "openai"
     target_labels: dict[str, str] = field(default_factory=dict)
     cost_per_hour_usd: float | None = None

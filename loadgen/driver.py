@@ -16,13 +16,14 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import gevent
 from gevent.event import Event
 from gevent.pool import Pool
 
 from analysis.records import RequestRecord
-from loadgen.config import Plan
+from loadgen.config import Plan, RunConfig
 from loadgen.errors import UserError
 from loadgen.session import InFlight, SessionContext, run_session, sleep_until_ns
 from targets.registry import get_adapter
@@ -32,6 +33,29 @@ from workloads.errors import WorkloadError
 log = logging.getLogger(__name__)
 
 SESSION_LEAD_NS = 20_000_000  # 20 ms
+
+
+def connection_options(cfg: RunConfig) -> dict[str, Any]:
+    """The ``SessionConnection`` keywords a run's config sets beyond the basics (one TLS context
+    per worker: building it reads the trust store)."""
+    opts: dict[str, Any] = {
+        "first_byte_timeout_s": cfg.first_byte_timeout_s,
+        "idle_timeout_s": cfg.idle_timeout_s,
+        "retry_after_cap_s": cfg.retry_after_cap_s,
+    }
+    if cfg.target_url.startswith("https:"):
+        import gevent.ssl
+
+        from targets.errors import TargetError
+        from targets.tls import tls_context
+
+        try:
+            opts["ssl_context"] = tls_context(
+                cfg.ca_cert, cfg.insecure_tls, ca_pem=cfg.ca_cert_pem, ssl_module=gevent.ssl
+            )
+        except TargetError as e:
+            raise UserError(str(e)) from None
+    return opts
 
 
 def anchor_ns(t0_unix_s: float) -> int:
@@ -135,6 +159,7 @@ class Driver:
             on_record=on_record,
             is_stopping=lambda: self._stopping,
             in_flight=self.in_flight,
+            connection_options={**connection_options(cfg), "recv_delays": recv_delays},
         )
 
     # -- lifecycle -----------------------------------------------------------------------------

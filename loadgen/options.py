@@ -49,6 +49,11 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--target-kind", default="openai", help="openai, router, llama-server, sglang, vllm")
     g.add_argument("--cost-per-hour", type=float, default=0.0, help="Target cost in USD/hour, for tokens per dollar")
     g.add_argument("--request-timeout", default="300s", help="Wall-clock deadline per request")
+    g.add_argument("--first-byte-timeout", default="0s", help="Deadline from request sent to response headers (0s = off)")
+    g.add_argument("--idle-timeout", default="0s", help="Longest silence between chunks of a response (0s = off)")
+    g.add_argument("--retry-after-cap", default="0s", help="Wait out a 429's Retry-After up to this, then resend (0s = off)")
+    g.add_argument("--ca-cert", default="", help="PEM file of certificates to trust for an https target")
+    g.add_argument("--insecure", action="store_true", default=False, help="https without certificate checks (recorded as a warning)")
     g.add_argument("--slo", default="", help="SLOs, e.g. ttft_p99=500ms,itl_p99=50ms (percentile) or ttft=1s (per request)")
     g.add_argument("--max-schedule-lag", default="10ms", help="Schedule-lag p99 above this flags the generator saturated")
     g.add_argument("--results", default="results", help="Results parent directory (master only)")
@@ -131,6 +136,12 @@ def config_from_options(options: Any) -> RunConfig:
     api_key_env = _opt(options, "api_key_env", "") or None
     if api_key_env and api_key_env not in os.environ:
         raise UserError(f"--api-key-env {api_key_env}: that environment variable is not set")
+    ca_cert = _opt(options, "ca_cert", "") or None
+    insecure = bool(_opt(options, "insecure", False))
+    if ca_cert and insecure:
+        raise UserError("--ca-cert and --insecure contradict each other: give one of them")
+    if ca_cert and not Path(ca_cert).is_file():
+        raise UserError(f"--ca-cert {ca_cert}: no such file")
     slos = [s for s in (_opt(options, "slo", "") or "").split(",") if s.strip()]
     if slos:
         from analysis.slo import parse_slos
@@ -171,6 +182,12 @@ def config_from_options(options: Any) -> RunConfig:
         target_kind=_opt(options, "target_kind", "openai"),
         cost_per_hour_usd=cost or None,
         request_timeout_s=duration("request-timeout", _opt(options, "request_timeout", "300s")),
+        first_byte_timeout_s=duration("first-byte-timeout", _opt(options, "first_byte_timeout", "0s") or "0s") or None,
+        idle_timeout_s=duration("idle-timeout", _opt(options, "idle_timeout", "0s") or "0s") or None,
+        retry_after_cap_s=duration("retry-after-cap", _opt(options, "retry_after_cap", "0s") or "0s"),
+        ca_cert=ca_cert,
+        ca_cert_pem=Path(ca_cert).read_text() if ca_cert else None,
+        insecure_tls=insecure,
         stop_timeout_s=duration("loadgen-stop-timeout", _opt(options, "loadgen_stop_timeout", "30s")),
         results_dir=_opt(options, "results", "results"),
         slos=slos,

@@ -54,6 +54,11 @@ class RunOptions:
     target_kind: str | None = None
     cost_per_hour: float | None = None
     request_timeout: str = "300s"
+    first_byte_timeout: str = "0s"
+    idle_timeout: str = "0s"
+    retry_after_cap: str = "0s"
+    ca_cert: str | None = None
+    insecure: bool = False
     stop_timeout: str = "30s"
     slo: str | None = None
     max_schedule_lag: str = "10ms"
@@ -109,6 +114,9 @@ def validate(opts: RunOptions) -> None:
         ("--duration", opts.duration, parse_duration_s),
         ("--warmup", opts.warmup, parse_duration_s),
         ("--request-timeout", opts.request_timeout, parse_duration_s),
+        ("--first-byte-timeout", opts.first_byte_timeout, parse_duration_s),
+        ("--idle-timeout", opts.idle_timeout, parse_duration_s),
+        ("--retry-after-cap", opts.retry_after_cap, parse_duration_s),
         ("--stop-timeout", opts.stop_timeout, parse_duration_s),
         ("--max-schedule-lag", opts.max_schedule_lag, parse_duration_s),
     ):
@@ -127,6 +135,14 @@ def validate(opts: RunOptions) -> None:
             raise UserError(f"--slo: {e}") from None
     if opts.api_key_env and opts.api_key_env not in os.environ:
         raise UserError(f"--api-key-env {opts.api_key_env}: that environment variable is not set")
+    if opts.ca_cert or opts.insecure:
+        from targets.errors import TargetError
+        from targets.tls import tls_context
+
+        try:
+            tls_context(opts.ca_cert, opts.insecure)
+        except TargetError as e:
+            raise UserError(str(e)) from None
     if opts.workers < 1:
         raise UserError(f"--workers {opts.workers}: must be at least 1")
     if opts.prometheus_port:
@@ -164,6 +180,9 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
         "--warmup", opts.warmup,
         "--adapter", opts.adapter,
         "--request-timeout", opts.request_timeout,
+        "--first-byte-timeout", opts.first_byte_timeout,
+        "--idle-timeout", opts.idle_timeout,
+        "--retry-after-cap", opts.retry_after_cap,
         "--loadgen-stop-timeout", opts.stop_timeout,
         "--max-schedule-lag", opts.max_schedule_lag,
         "--results", opts.results,
@@ -185,6 +204,7 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
         "--slo": opts.slo,
         "--run-id": opts.run_id,
         "--target-info": target_info_path,
+        "--ca-cert": opts.ca_cert,
     }
     for flag, value in optional.items():
         if value:
@@ -267,15 +287,19 @@ def preflight(opts: RunOptions, url: str, replica_urls: list[str] | None = None)
     from targets.identity import check_expected, read_identity
     from targets.identity import preflight as target_preflight
     from targets.registry import get_adapter
+    from targets.tls import INSECURE_WARNING, tls_context
 
     try:
         adapter = get_adapter(opts.adapter)
         api_key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
-        target_preflight(url, adapter, model=opts.model, api_key=api_key, timeout_s=10.0)
-        identity = read_identity(url, opts.adapter, timeout_s=5.0)
+        tls = tls_context(opts.ca_cert, opts.insecure) if url.startswith("https:") else None
+        if opts.insecure and not opts.quiet:
+            print(f"warning: {INSECURE_WARNING}", file=sys.stderr, flush=True)
+        target_preflight(url, adapter, model=opts.model, api_key=api_key, timeout_s=10.0, ssl_context=tls)
+        identity = read_identity(url, opts.adapter, timeout_s=5.0, ssl_context=tls)
         engines = [identity]
         if replica_urls and replica_urls != [url]:
-            engines = [read_identity(u, opts.adapter, timeout_s=5.0) for u in replica_urls]
+            engines = [read_identity(u, opts.adapter, timeout_s=5.0, ssl_context=tls) for u in replica_urls]
             identity = {**engines[0], "base_url": url, "replica_urls": replica_urls}
         if opts.expect:
             for engine in engines:

@@ -19,8 +19,12 @@ def target_identity(cfg: RunConfig) -> dict[str, Any]:
     """What the target says about itself; best effort here (``loadgen run`` checks it before load)."""
     try:
         from targets.identity import read_identity
+        from targets.tls import tls_context
 
-        return read_identity(cfg.target_url, cfg.adapter, timeout_s=3.0)
+        tls = None
+        if cfg.target_url.startswith("https:"):
+            tls = tls_context(cfg.ca_cert, cfg.insecure_tls, ca_pem=cfg.ca_cert_pem)
+        return read_identity(cfg.target_url, cfg.adapter, timeout_s=3.0, ssl_context=tls)
     except Exception as e:
         return {"error": str(e)}
 
@@ -39,6 +43,13 @@ def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[s
         "cost_per_hour_usd": cfg.cost_per_hour_usd,
         "identity": target_identity(cfg),
     }
+    warnings = []
+    if cfg.target_url.startswith("https:"):
+        target["tls"] = {"ca_cert": cfg.ca_cert, "verified": not cfg.insecure_tls}
+        if cfg.insecure_tls:
+            from targets.tls import INSECURE_WARNING
+
+            warnings.append(INSECURE_WARNING)
     if target_info_file and os.path.exists(target_info_file):
         extra = orjson.loads(Path(target_info_file).read_bytes())
         target.update({k: v for k, v in extra.items() if k != "identity"})
@@ -78,6 +89,7 @@ def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[s
         "role": role,
         "workers": [],
         "lost_workers": [],
+        "warnings": warnings,
     }
 
 

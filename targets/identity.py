@@ -30,6 +30,7 @@ from __future__ import annotations
 import http.client
 import os
 import socket
+import ssl
 import time
 import urllib.parse
 import uuid
@@ -70,14 +71,20 @@ def normalize_engine(name: str | None) -> str | None:
 
 
 def read_identity(
-    base_url: str, adapter_name: str | None = None, timeout_s: float = 5.0, *, api_key: str | None = None
+    base_url: str,
+    adapter_name: str | None = None,
+    timeout_s: float = 5.0,
+    *,
+    api_key: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> dict[str, Any]:
     """What the server at ``base_url`` says about itself.
 
     Returns ``base_url``, ``adapter``, ``engine`` (vllm, sglang, llama.cpp, sim, or the server's
     own ``owned_by``; None when nothing says), ``model`` (the first served id), ``models``,
     ``model_path``, ``build``, ``total_slots``, ``max_model_len`` and ``endpoints`` (HTTP status
-    or failure per probe). Raises ``TargetError`` only when nothing is listening.
+    or failure per probe). ``ssl_context`` verifies an ``https`` target (``targets.tls``).
+    Raises ``TargetError`` only when nothing is listening or its certificate is refused.
     """
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     base = base_url.rstrip("/")
@@ -85,7 +92,11 @@ def read_identity(
     endpoints: dict[str, int | str] = {}
     for path in PROBES:
         try:
-            status, _, body = http_get(base + path, timeout_s, headers=headers, max_bytes=1 << 20)
+            status, _, body = http_get(
+                base + path, timeout_s, headers=headers, max_bytes=1 << 20, ssl_context=ssl_context
+            )
+        except ssl.SSLCertVerificationError as e:
+            raise TargetError(_certificate_message(base_url, e)) from None
         except ConnectionRefusedError:
             if path == PROBES[0]:
                 raise TargetError(
@@ -202,8 +213,11 @@ def preflight(
     api_key: str | None = None,
     timeout_s: float = 10.0,
     session_header: str = "X-Session-ID",
+    ssl_context: ssl.SSLContext | None = None,
 ) -> dict[str, Any]:
     """Send one tiny streaming request as the run will; ``TargetError`` unless it streams tokens.
+
+    ``ssl_context`` verifies an ``https`` target as the run will (``targets.tls``).
 
     Returns ``url``, ``status``, ``content_type``, ``ttft_s`` and ``tokens`` (token-bearing
     events seen) for the run record.
@@ -223,8 +237,10 @@ def preflight(
     path = u.path.rstrip("/") + prepared.path
     url = f"{u.scheme}://{u.netloc}{path}"
     headers = {**prepared.headers, **adapter.auth_headers(api_key)}
-    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(u.hostname, u.port, timeout=timeout_s)
+    if u.scheme == "https":
+        conn = http.client.HTTPSConnection(u.hostname, u.port, timeout=timeout_s, context=ssl_context)
+    else:
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout_s)
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     try:
@@ -241,6 +257,12 @@ def preflight(
             raise TargetError(
                 f"target {base_url} did not answer within {timeout_s:g} s; is it overloaded or still loading?"
             ) from None
+        except ssl.SSLCertVerificationError as e:
+            raise TargetError(_certificate_message(base_url, e)) from None
+        except ssl.SSLError as e:
+            raise TargetError(
+                f"target {base_url}: TLS handshake failed ({e.reason or e}); is it an https server?"
+            ) from None
         except (http.client.HTTPException, ConnectionError) as e:
             raise TargetError(
                 f"target {base_url} closed the connection without an HTTP answer ({type(e).__name__}); "
@@ -256,6 +278,13 @@ def preflight(
         conn.close()
 
 
+def _certificate_message(base_url: str, e: ssl.SSLCertVerificationError) -> str:
+    return (
+        f"target {base_url}: its TLS certificate is not trusted ({e.verify_message or e.reason}); "
+        "give --ca-cert FILE with the certificate or its CA (or --insecure for a throw-away server)"
+    )
+
+
 def _status_message(url: str, base_path: str, resp: http.client.HTTPResponse, adapter: Adapter) -> str:
     try:
         first = next(
@@ -265,6 +294,11 @@ def _status_message(url: str, base_path: str, resp: http.client.HTTPResponse, ad
         first = ""
     said = f" ({first[:160]})" if first else ""
     head = f"target {url} answered {resp.status} {resp.reason}{said}"
+    if 300 <= resp.status < 400:
+        where = resp.getheader("Location") or "an address it does not name"
+        return f"{head}; it redirects to {where}: give that URL as the target (redirects are not followed)"
+    if resp.status == 503:
+        return f"{head}; the server is not ready (still loading the model?): wait for its health check to pass"
     if resp.status in (404, 405):
         if base_path.rstrip("/").endswith("/v1"):
             return f"{head}; drop '/v1' from the target URL: the adapter adds its own path ({adapter.path})"

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import http.client
 import math
+import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -425,19 +426,27 @@ def summarize(metrics: Metrics) -> dict[str, float | str | None]:
 
 
 def http_get(
-    url: str, timeout_s: float, *, headers: dict[str, str] | None = None, max_bytes: int = 16 << 20
+    url: str,
+    timeout_s: float,
+    *,
+    headers: dict[str, str] | None = None,
+    max_bytes: int = 16 << 20,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     """GET ``url`` within ``timeout_s`` in total: (status, headers lower-cased, body).
 
     Plain ``http.client``, so it cooperates with gevent once sockets are patched (Locust) and
-    works without. Raises ``OSError`` (``TimeoutError`` past the deadline) on network failure.
+    works without. ``ssl_context`` verifies an ``https`` URL (``targets.tls``). Raises ``OSError``
+    (``TimeoutError`` past the deadline, ``ssl.SSLError`` for a refused certificate) on failure.
     """
     u = urllib.parse.urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ValueError(f"not an http(s) URL: {url!r}")
     deadline = time.monotonic() + timeout_s
-    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(u.hostname, u.port, timeout=timeout_s)
+    if u.scheme == "https":
+        conn = http.client.HTTPSConnection(u.hostname, u.port, timeout=timeout_s, context=ssl_context)
+    else:
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout_s)
     try:
         target = (u.path or "/") + (f"?{u.query}" if u.query else "")
         conn.request("GET", target, headers={"Accept": "*/*", **(headers or {})})

@@ -38,10 +38,12 @@ __all__ = [
     "StreamParser",
     "Usage",
     "build_headers",
+    "count_or_none",
     "encode_body",
     "error_event",
     "load_json",
     "sse_payload",
+    "text_or_empty",
     "usage_from_openai",
 ]
 
@@ -133,6 +135,9 @@ class Adapter(ABC):
     name: ClassVar[str] = ""
     path: ClassVar[str] = ""
     models_path: ClassVar[str] = "/v1/models"
+    # Whether the API takes OpenAI ``tools`` definitions in the body (``extra_body={"tools": ...}``);
+    # other flavours see tool calls only as rendered text.
+    accepts_tools: ClassVar[bool] = False
 
     @abstractmethod
     def build_request(self, req: ChatRequest) -> PreparedRequest:
@@ -231,19 +236,40 @@ def error_event(obj: dict) -> StreamEvent | None:
         message, code = str(err), None
     try:
         code = int(code) if code is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         code = None
     return StreamEvent(error=" ".join(message.split())[:300], error_code=code)
 
 
-def usage_from_openai(u: dict) -> Usage:
-    """``usage`` of an OpenAI-style chunk, with ``prompt_tokens_details.cached_tokens``."""
+def usage_from_openai(u: Any) -> Usage:
+    """``usage`` of an OpenAI-style chunk, with ``prompt_tokens_details.cached_tokens``.
+
+    A count that is not a non-negative integer is unknown (None); a ``usage`` that is not an
+    object is ``BadChunk``.
+    """
+    if type(u) is not dict:
+        raise BadChunk(f"usage is not a JSON object: {_preview(repr(u).encode())}")
     details = u.get("prompt_tokens_details")
     return Usage(
-        prompt_tokens=u.get("prompt_tokens"),
-        completion_tokens=u.get("completion_tokens"),
-        cached_tokens=details.get("cached_tokens") if type(details) is dict else None,
+        prompt_tokens=count_or_none(u.get("prompt_tokens")),
+        completion_tokens=count_or_none(u.get("completion_tokens")),
+        cached_tokens=count_or_none(details.get("cached_tokens")) if type(details) is dict else None,
     )
+
+
+def count_or_none(value: Any) -> int | None:
+    """``value`` when it is a token count (an integer >= 0, not a bool), else None."""
+    return value if type(value) is int and value >= 0 else None
+
+
+def text_or_empty(value: Any) -> str:
+    """Generated text as the server sent it: a string, or "" for null/absent; anything else is
+    ``BadChunk`` (a number or object where text belongs is a broken stream, not an empty token)."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    raise BadChunk(f"text is not a string: {_preview(repr(value).encode())}")
 
 
 def build_headers(req: ChatRequest, *, stream: bool) -> dict[str, str]:

@@ -25,10 +25,12 @@ from .base import (
     StreamEvent,
     Usage,
     build_headers,
+    count_or_none,
     encode_body,
     error_event,
     load_json,
     sse_payload,
+    text_or_empty,
 )
 
 __all__ = ["LlamaServerAdapter"]
@@ -79,7 +81,7 @@ class LlamaServerAdapter(Adapter):
         err = error_event(obj)
         if err is not None:
             return err
-        ev = _final(obj, obj.get("content") or "")
+        ev = _final(obj, text_or_empty(obj.get("content")))
         if ev.usage is not None and ev.usage.completion_tokens is not None:
             ev.tokens = ev.usage.completion_tokens
         return ev
@@ -105,23 +107,25 @@ class _LlamaStream:
         if err is not None:
             return err
         content = obj.get("content") or ""
+        if type(content) is not str:
+            content = text_or_empty(content)
         if obj.get("stop"):
             return _final(obj, content)
         tokens = 0
         if content:
             ids = obj.get("tokens")
-            tokens = len(ids) if ids else 1
+            tokens = len(ids) if ids and type(ids) is list else 1
         return StreamEvent(tokens, content)
 
 
 def _final(obj: dict, content: str) -> StreamEvent:
     timings = obj.get("timings")
-    cached = timings.get("cache_n") if type(timings) is dict else None
+    cached = count_or_none(timings.get("cache_n")) if type(timings) is dict else None
     if cached is None:
-        cached = obj.get("tokens_cached")
-    usage = Usage(obj.get("tokens_evaluated"), obj.get("tokens_predicted"), cached)
+        cached = count_or_none(obj.get("tokens_cached"))
+    usage = Usage(count_or_none(obj.get("tokens_evaluated")), count_or_none(obj.get("tokens_predicted")), cached)
     tokens = 0
     if content:
         ids = obj.get("tokens")
-        tokens = len(ids) if ids else 1
+        tokens = len(ids) if ids and type(ids) is list else 1
     return StreamEvent(tokens, content, usage, True, timings if type(timings) is dict else None)

@@ -21,6 +21,7 @@ from workloads.tokenizer import render_chat
 
 from .base import (
     Adapter,
+    BadChunk,
     ChatRequest,
     PreparedRequest,
     StreamEvent,
@@ -29,6 +30,7 @@ from .base import (
     error_event,
     load_json,
     sse_json,
+    text_or_empty,
     usage_from_openai,
 )
 
@@ -88,6 +90,7 @@ class OpenAIChatAdapter(_OpenAIAdapter):
 
     name = "openai-chat"
     path = "/v1/chat/completions"
+    accepts_tools = True
 
     def build_request(self, req: ChatRequest) -> PreparedRequest:
         body = self._body(req)
@@ -103,10 +106,11 @@ class OpenAIChatAdapter(_OpenAIAdapter):
         if err is not None:
             return err
         text = ""
-        choices = obj.get("choices")
-        if choices:
-            msg = choices[0].get("message") or {}
-            text = (msg.get("reasoning_content") or msg.get("reasoning") or "") + (msg.get("content") or "")
+        msg = _first_choice(obj).get("message") or {}
+        if type(msg) is not dict:
+            raise BadChunk("choices[0].message is not a JSON object")
+        reasoning = text_or_empty(msg.get("reasoning_content") or msg.get("reasoning"))
+        text = reasoning + text_or_empty(msg.get("content"))
         return _final_event(obj, text)
 
 
@@ -129,16 +133,30 @@ class OpenAICompletionsAdapter(_OpenAIAdapter):
         err = error_event(obj)
         if err is not None:
             return err
-        choices = obj.get("choices")
-        text = (choices[0].get("text") or "") if choices else ""
+        text = text_or_empty(_first_choice(obj).get("text"))
         return _final_event(obj, text)
+
+
+def _first_choice(obj: dict) -> dict:
+    """``choices[0]``, or {} when there is none (the usage chunk); BadChunk when malformed."""
+    choices = obj.get("choices")
+    if not choices:
+        return {}
+    if type(choices) is not list or type(choices[0]) is not dict:
+        raise BadChunk("choices is not a list of JSON objects")
+    return choices[0]
+
+
+def _timings(obj: dict) -> dict | None:
+    t = obj.get("timings")
+    return t if type(t) is dict else None
 
 
 def _final_event(obj: dict, text: str) -> StreamEvent:
     u = obj.get("usage")
     usage = usage_from_openai(u) if u else None
     tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else int(bool(text))
-    return StreamEvent(tokens=tokens, text=text, usage=usage, done=True, server_timings=obj.get("timings"))
+    return StreamEvent(tokens=tokens, text=text, usage=usage, done=True, server_timings=_timings(obj))
 
 
 class _OpenAIStream:
@@ -161,7 +179,7 @@ class _OpenAIStream:
             if usage is not None and usage.completion_tokens is not None:
                 tokens = max(1, usage.completion_tokens - self.counted)
             self.counted += tokens
-        return StreamEvent(tokens, text, usage, False, obj.get("timings"))
+        return StreamEvent(tokens, text, usage, False, _timings(obj))
 
     def _load(self, line: bytes) -> dict | StreamEvent | None:
         return sse_json(line)
@@ -178,10 +196,17 @@ class _ChatStream(_OpenAIStream):
         generated = False
         choices = obj.get("choices")
         if choices:
-            delta = choices[0].get("delta")
+            c0 = choices[0] if type(choices) is list else None
+            delta = c0.get("delta") if type(c0) is dict else _malformed("choices[0]")
             if delta:
+                if type(delta) is not dict:
+                    _malformed("choices[0].delta")
                 content = delta.get("content")
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if (content is not None and type(content) is not str) or (
+                    reasoning and type(reasoning) is not str
+                ):
+                    _malformed("the delta's content")
                 if reasoning:
                     text = reasoning + content if content else reasoning
                 elif content:
@@ -201,5 +226,13 @@ class _CompletionsStream(_OpenAIStream):
         text = ""
         choices = obj.get("choices")
         if choices:
-            text = choices[0].get("text") or ""
+            c0 = choices[0] if type(choices) is list else None
+            text = (c0.get("text") or "") if type(c0) is dict else _malformed("choices[0]")
+            if type(text) is not str:
+                _malformed("choices[0].text")
         return self._event(obj, text, bool(text))
+
+
+def _malformed(what: str) -> None:
+    """Raise BadChunk: a chunk whose ``what`` has the wrong JSON type."""
+    raise BadChunk(f"{what} has the wrong JSON type for an OpenAI stream chunk")

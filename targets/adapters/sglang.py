@@ -21,11 +21,13 @@ from workloads.tokenizer import render_chat
 
 from .base import (
     Adapter,
+    BadChunk,
     ChatRequest,
     PreparedRequest,
     StreamEvent,
     Usage,
     build_headers,
+    count_or_none,
     encode_body,
     error_event,
     load_json,
@@ -78,7 +80,7 @@ class SGLangAdapter(Adapter):
     def parse_response(self, body: bytes) -> StreamEvent:
         obj = load_json(body)
         if isinstance(obj.get("text"), list):  # a batch reply; we never send batches
-            obj = {"text": obj["text"][0]}
+            obj = {"text": obj["text"][0] if obj["text"] else None}
         err = error_event(obj)
         if err is not None:
             return err
@@ -112,12 +114,16 @@ class _SGLangStream:
         text = obj.get("text")
         if text is None:
             new_text = ""
+        elif type(text) is not str:
+            raise BadChunk("text is not a string in an SGLang /generate event")
         elif self.incremental:
             new_text = text
         else:
             new_text = text[self.seen_chars :]
             self.seen_chars = len(text)
         completion = meta.get("completion_tokens")
+        if completion is not None and type(completion) is not int:
+            raise BadChunk("meta_info.completion_tokens is not an integer in an SGLang /generate event")
         tokens = 0
         if completion is not None:
             grown = completion - self.seen_tokens
@@ -131,7 +137,11 @@ class _SGLangStream:
             tokens = 1
         usage = None
         if meta:
-            usage = Usage(meta.get("prompt_tokens"), completion, meta.get("cached_tokens"))
+            usage = Usage(
+                count_or_none(meta.get("prompt_tokens")),
+                count_or_none(completion),
+                count_or_none(meta.get("cached_tokens")),
+            )
         timings = None
         if meta.get("finish_reason") is not None:
             timings = {k: v for k, v in meta.items() if k not in _NOT_TIMINGS and type(v) in (int, float)}

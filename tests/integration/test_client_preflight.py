@@ -64,7 +64,7 @@ def test_preflight_non_sse_body(servers):
     [
         (401, "the server wants an API key: set one for the target"),
         (422, "the server rejected the request: check the model name and the adapter options"),
-        (503, "the server fails on a one-token request: check its logs"),
+        (503, "the server is not ready (still loading the model?): wait for its health check to pass"),
     ],
 )
 def test_preflight_http_errors(servers, code, fix):

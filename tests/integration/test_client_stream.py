@@ -641,7 +641,7 @@ def test_error_categories_are_the_results_format_ones(servers):
     from analysis.records import ERROR_CATEGORIES
     from loadgen import client
 
-    names = {client.HTTP_4XX, client.HTTP_429, client.HTTP_5XX, client.TIMEOUT}
+    names = {client.HTTP_3XX, client.HTTP_4XX, client.HTTP_429, client.HTTP_5XX, client.TIMEOUT}
     names |= {client.CONNECTION, client.STREAM_CUT, client.BAD_CHUNK}
     assert names == set(ERROR_CATEGORIES)
 
