@@ -1,0 +1,343 @@
+"""Turning proxied requests into sessions: which conversation a request continues, what it adds.
+
+Pure logic: times are passed in (monotonic seconds), nothing here touches a socket or a file.
+
+Keying. A request carrying the session header belongs to the open conversation of that key. A
+request without it continues the open conversation whose last recorded request's messages are the
+longest prefix of its own messages (an agent re-sends the whole history each turn); ties go to the
+conversation idle the longest. No match starts a new conversation.
+
+What a turn holds. The messages a request adds after the previous recorded request's messages,
+less the first of them when it is the assistant reply (the server produced it; a replay
+regenerates it). Several added messages become one turn, texts joined by a blank line (role
+``tool`` only when all are tool results). ``max_tokens`` is the output length observed in the
+reply. ``think_time`` is the gap from the end of the session's previous response (recorded or
+not) to this request's arrival; 0 on a session's first recorded turn.
+
+A request that does not extend its keyed conversation (history rewritten, compacted, or re-sent
+unchanged) closes that conversation and starts a new one under the same key, id ``KEY#2`` and so
+on. A first request that already holds history from before the capture started (assistant
+messages included) becomes one first turn of all its non-system text, so its prompt keeps its
+size. A reply that fails or is cut leaves the conversation as it was: the turn is dropped, and the
+client's next request is attributed against the last recorded one.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.capture.messages import Message, parse_messages, prefix_digests, split_system, turn_text
+
+CHAT = "chat"
+COMPLETIONS = "completions"
+
+
+@dataclass(slots=True)
+class CapturedTurn:
+    content: str
+    role: str
+    max_tokens: int
+    think_time_s: float
+
+
+@dataclass(slots=True)
+class Conversation:
+    """One open conversation: what it recorded and what its next request must start with."""
+
+    seq: int
+    endpoint: str
+    key: str | None
+    session_id: str | None = None  # given on the first recorded turn
+    arrival_s: float | None = None  # when its first recorded turn's request came (monotonic s)
+    system_prompt: str = ""
+    turns: list[CapturedTurn] = field(default_factory=list)
+    # chat: how many messages the last recorded request had, and the digest of that prefix
+    history_len: int = 0
+    history_digest: bytes | None = None
+    # completions: the last recorded prompt and the reply text that followed it
+    history_prompt: str | None = None
+    last_reply: str = ""
+    last_end_s: float | None = None
+    last_activity_s: float = 0.0
+    in_flight: int = 0
+    superseded: bool = False
+
+
+@dataclass(slots=True)
+class PendingTurn:
+    """A request on the wire; becomes a turn when its reply completes."""
+
+    conversation: Conversation
+    content: str
+    role: str
+    system_prompt: str
+    t_request_s: float
+    prev_end_s: float | None
+    history_len: int = 0
+    history_digest: bytes | None = None
+    prompt: str | None = None
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    requests: int = 0
+    turns: int = 0
+    not_recorded: int = 0  # bodies that are not a chat/completions request we can read
+    cut: int = 0
+    failed: int = 0
+
+
+class SessionAssembler:
+    """Keeps the open conversations; ``begin`` a request, then ``complete`` or ``drop`` it."""
+
+    def __init__(self, *, idle_timeout_s: float, keep_keys: bool = True) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self.keep_keys = keep_keys  # False: every session gets a generated id (the key may be personal)
+        self.stats = CaptureStats()
+        # Open conversations, least recently active first, so closing idle ones never scans them all.
+        self._open: OrderedDict[int, Conversation] = OrderedDict()
+        self._superseded: list[Conversation] = []
+        self._changed: dict[int, Conversation] = {}  # recorded a turn since the last take_changed()
+        self._completions: dict[int, Conversation] = {}  # headerless completions ones with a history
+        self._by_key: dict[tuple[str, str], Conversation] = {}
+        self._by_history: dict[bytes, list[Conversation]] = {}
+        self._seq = 0
+        self._generated_ids = 0
+        self._used_ids: set[str] = set()
+
+    # --- requests ---------------------------------------------------------------------------------
+    def begin(self, endpoint: str, body: Any, key: str | None, now_s: float) -> PendingTurn | None:
+        """The pending turn of a request body, or None when the body is not one we can record."""
+        self.stats.requests += 1
+        pending = None
+        if isinstance(body, dict):
+            if endpoint == CHAT:
+                pending = self._begin_chat(body, key, now_s)
+            elif endpoint == COMPLETIONS:
+                pending = self._begin_completions(body, key, now_s)
+        if pending is None:
+            self.stats.not_recorded += 1
+            return None
+        conv = pending.conversation
+        conv.in_flight += 1
+        self._touch(conv, now_s)
+        return pending
+
+    def _begin_chat(self, body: dict, key: str | None, now_s: float) -> PendingTurn | None:
+        msgs = parse_messages(body.get("messages"))
+        if msgs is None:
+            return None
+        digests = prefix_digests(msgs)
+        conv: Conversation | None = None
+        added: list[Message] | None = None
+        if key is not None:
+            conv = self._by_key.get((CHAT, key))
+            if conv is not None and conv.history_digest is not None:
+                added = _added_messages(conv, msgs, digests)
+                if added is None:
+                    self._supersede(conv)
+                    conv = None
+        else:
+            # Longest recorded history first; a match must leave at least one new message.
+            for n in range(len(msgs) - 1, 0, -1):
+                candidates = self._by_history.get(digests[n - 1])
+                if not candidates:
+                    continue
+                for cand in sorted(candidates, key=_idle_first):
+                    added = _added_messages(cand, msgs, digests)
+                    if added is not None:
+                        conv = cand
+                        break
+                if conv is not None:
+                    break
+        if conv is None:
+            conv = self._new_conversation(CHAT, key, now_s)
+        system = conv.system_prompt
+        if added is None:  # the conversation's first recorded turn: everything but the system prompt
+            system, added = split_system(msgs)
+        content, role = turn_text(added)
+        return PendingTurn(
+            conv, content, role, system, now_s, conv.last_end_s,
+            history_len=len(msgs), history_digest=digests[-1],
+        )  # fmt: skip
+
+    def _begin_completions(self, body: dict, key: str | None, now_s: float) -> PendingTurn | None:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str) or not prompt:
+            return None
+        conv: Conversation | None = None
+        content: str | None = None
+        if key is not None:
+            conv = self._by_key.get((COMPLETIONS, key))
+            if conv is not None and conv.history_prompt is not None:
+                content = _added_text(conv, prompt)
+                if content is None:
+                    self._supersede(conv)
+                    conv = None
+        else:
+            best = -1
+            for cand in sorted(self._completions.values(), key=_idle_first):
+                if len(cand.history_prompt or "") > best:
+                    added = _added_text(cand, prompt)
+                    if added is not None:
+                        conv, content, best = cand, added, len(cand.history_prompt)
+        if conv is None:
+            conv = self._new_conversation(COMPLETIONS, key, now_s)
+        if content is None:
+            content = prompt
+        return PendingTurn(conv, content, "user", "", now_s, conv.last_end_s, prompt=prompt)
+
+    # --- replies ------------------------------------------------------------------------------------
+    def complete(self, pending: PendingTurn, *, output_tokens: int, reply_text: str, now_s: float) -> None:
+        """The reply finished: record the turn and move the conversation's history on."""
+        conv = pending.conversation
+        self._settle(conv, now_s)
+        think = 0.0
+        if conv.turns and pending.prev_end_s is not None:
+            think = max(0.0, pending.t_request_s - pending.prev_end_s)
+        if not conv.turns:
+            conv.system_prompt = pending.system_prompt
+            conv.session_id = self._session_id(conv)
+            conv.arrival_s = pending.t_request_s
+        conv.turns.append(CapturedTurn(pending.content, pending.role, max(1, output_tokens), think))
+        self._changed[conv.seq] = conv
+        self.stats.turns += 1
+        if conv.endpoint == CHAT:
+            self._index(conv, remove=True)
+            conv.history_len = pending.history_len
+            conv.history_digest = pending.history_digest
+            self._index(conv)
+        else:
+            conv.history_prompt = pending.prompt
+            conv.last_reply = reply_text
+            if conv.key is None:
+                self._completions[conv.seq] = conv
+
+    def drop(self, pending: PendingTurn, *, cut: bool, now_s: float) -> None:
+        """The reply failed (``cut``: the client went away mid-reply): nothing is recorded."""
+        self._settle(pending.conversation, now_s)
+        if cut:
+            self.stats.cut += 1
+        else:
+            self.stats.failed += 1
+
+    def _settle(self, conv: Conversation, now_s: float) -> None:
+        conv.in_flight -= 1
+        conv.last_end_s = now_s
+        self._touch(conv, now_s)
+
+    def _touch(self, conv: Conversation, now_s: float) -> None:
+        conv.last_activity_s = now_s
+        if conv.seq in self._open:
+            self._open.move_to_end(conv.seq)
+
+    # --- closing ------------------------------------------------------------------------------------
+    def take_closed(self, now_s: float, *, everything: bool = False) -> list[Conversation]:
+        """Conversations done with (superseded, or idle past the timeout; all with ``everything``)
+        that recorded a turn; they leave the assembler. Costs what it closes, not what is open."""
+        if everything:
+            done = list(self._open.values())
+        else:
+            done = [c for c in self._superseded if c.in_flight == 0]
+            for conv in self._open.values():  # least recently active first
+                if now_s - conv.last_activity_s < self.idle_timeout_s:
+                    break
+                if conv.in_flight == 0 and not conv.superseded:
+                    done.append(conv)
+        out = []
+        for conv in done:
+            self._close(conv)
+            if conv.turns:
+                out.append(conv)
+        return out
+
+    def take_changed(self) -> list[Conversation]:
+        """Open conversations that recorded a turn since the last call."""
+        out = list(self._changed.values())
+        self._changed.clear()
+        return out
+
+    def _close(self, conv: Conversation) -> None:
+        self._open.pop(conv.seq, None)
+        self._changed.pop(conv.seq, None)
+        self._completions.pop(conv.seq, None)
+        if conv.superseded:
+            self._superseded.remove(conv)
+        self._index(conv, remove=True)
+        if conv.key is not None and self._by_key.get((conv.endpoint, conv.key)) is conv:
+            del self._by_key[(conv.endpoint, conv.key)]
+
+    # --- helpers ------------------------------------------------------------------------------------
+    def _new_conversation(self, endpoint: str, key: str | None, now_s: float) -> Conversation:
+        self._seq += 1
+        conv = Conversation(seq=self._seq, endpoint=endpoint, key=key, last_activity_s=now_s)
+        self._open[conv.seq] = conv
+        if key is not None:
+            self._by_key[(endpoint, key)] = conv
+        return conv
+
+    def _supersede(self, conv: Conversation) -> None:
+        conv.superseded = True
+        self._superseded.append(conv)
+        self._index(conv, remove=True)
+        if conv.key is not None and self._by_key.get((conv.endpoint, conv.key)) is conv:
+            del self._by_key[(conv.endpoint, conv.key)]
+
+    def _index(self, conv: Conversation, *, remove: bool = False) -> None:
+        """Headerless conversations are found by their history's digest."""
+        if conv.key is not None or conv.history_digest is None:
+            return
+        bucket = self._by_history.setdefault(conv.history_digest, [])
+        if remove:
+            if conv in bucket:
+                bucket.remove(conv)
+            if not bucket:
+                del self._by_history[conv.history_digest]
+        elif not conv.superseded:
+            bucket.append(conv)
+
+    def _session_id(self, conv: Conversation) -> str:
+        if self.keep_keys and conv.key is not None:
+            sid, n = conv.key, 1
+            while sid in self._used_ids:
+                n += 1
+                sid = f"{conv.key}#{n}"
+        else:
+            while True:
+                self._generated_ids += 1
+                sid = f"capture-{self._generated_ids:06d}"
+                if sid not in self._used_ids:
+                    break
+        self._used_ids.add(sid)
+        return sid
+
+
+def _idle_first(conv: Conversation) -> tuple[int, float]:
+    """Prefer conversations with nothing on the wire, then the one idle the longest."""
+    return (conv.in_flight, conv.last_end_s if conv.last_end_s is not None else 0.0)
+
+
+def _added_messages(conv: Conversation, msgs: list[Message], digests: list[bytes]) -> list[Message] | None:
+    """What ``msgs`` adds to ``conv``'s history, less the assistant reply; None if it doesn't extend it."""
+    n = conv.history_len
+    if n == 0 or len(msgs) <= n or digests[n - 1] != conv.history_digest:
+        return None
+    added = msgs[n:]
+    if added[0].role == "assistant":
+        added = added[1:]
+    return added or None
+
+
+def _added_text(conv: Conversation, prompt: str) -> str | None:
+    """What a completions prompt adds after the last recorded prompt and its reply."""
+    prev = conv.history_prompt
+    if prev is None or len(prompt) <= len(prev) or not prompt.startswith(prev):
+        return None
+    added = prompt[len(prev) :]
+    if conv.last_reply and added.startswith(conv.last_reply):
+        added = added[len(conv.last_reply) :]
+    return added or None
