@@ -32,6 +32,7 @@ from analysis.records import (
     tag_label,
 )
 from analysis.results import RunResults, load_results
+from analysis.sessions import session_stats, step_kind_stats
 from analysis.slo import Slos, evaluate_percentile_slos, parse_slos, stat_key
 from analysis.summary_format import format_summary, summary_to_csv  # re-exported: one import for callers
 from analysis.ttft_split import ttft_split
@@ -145,6 +146,15 @@ def summarize_results(
         for tc in _labels({r.turn_class for r in res.records}, ctx.hists, 1, TURN_CLASSES)
     }
     out["ttft_split"] = ttft_split(ctx.measured, percentiles=percentiles)
+    out["sessions"] = _sessions(ctx.measured, res.records, percentiles)
+    out["by_step_kind"] = {
+        kind: {
+            "requests": st.requests,
+            "errors": st.errors,
+            "metrics": {m: distribution(h, percentiles=percentiles) for m, h in st.histograms.items()},
+        }
+        for kind, st in step_kind_stats(ctx.measured).items()
+    }
     tenants = _labels({r.tenant for r in res.records}, ctx.hists, 2)
     out["by_tenant"] = {tn: ctx.label_group("tenant", tn) for tn in tenants}
     out["by_target"] = {t["label"]: ctx.target_group([t]) for t in targets}
@@ -276,6 +286,20 @@ class _Context:
             ]  # fmt: skip
             out["percentile_ok"] = all(c[2] for c in checks)
         return out
+
+
+def _sessions(
+    measured: list[RequestRecord], records: list[RequestRecord], percentiles: tuple[float, ...]
+) -> dict[str, Any]:
+    """Task time and agent overhead over the complete, fully measured sessions (analysis.sessions)."""
+    st = session_stats(measured, records)
+    return {
+        "measured": st.measured,
+        "complete": st.complete,
+        "task_time": distribution(st.task_time, percentiles=percentiles),
+        "agent_overhead": distribution(st.agent_overhead, percentiles=percentiles),
+        "agent_overhead_share": st.agent_overhead_share,
+    }
 
 
 def _requests(measured: list[RequestRecord], finished: list[RequestRecord]) -> dict[str, Any]:

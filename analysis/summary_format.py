@@ -184,6 +184,31 @@ def _ttft_split_lines(split: dict[str, Any]) -> list[str]:
     return out
 
 
+def _dag_lines(summary: dict[str, Any]) -> list[str]:
+    """Step kinds and session times, for runs with fan-outs (a chain's step kinds are its turn classes)."""
+    kinds = summary.get("by_step_kind") or {}
+    if not any(k in kinds for k in ("fan-out child", "join")):
+        return []
+    header = ["by step kind", "reqs", "errors", "ttft p50", "ttft p99", "itl p50", "itl p99", "e2e p99"]
+    rows = []
+    for name, g in kinds.items():
+        m = g["metrics"]
+        rows.append([
+            name, f"{g['requests']:,}", f"{g['errors']:,}", fmt_ms(m["ttft"]["p50"]), fmt_ms(m["ttft"]["p99"]),
+            fmt_ms(m["itl"]["p50"]), fmt_ms(m["itl"]["p99"]), fmt_ms(m["e2e"]["p99"]),
+        ])  # fmt: skip
+    out = ["", *_table(header, rows)]
+    ss = summary.get("sessions")
+    if ss:
+        task, over = ss["task_time"], ss["agent_overhead"]
+        out.append(
+            f"sessions    {ss['complete']:,} complete of {ss['measured']:,}  |  task time p50 {fmt_ms(task['p50'])} "
+            f"p99 {fmt_ms(task['p99'])} ms  |  agent overhead p50 {fmt_ms(over['p50'])} p99 {fmt_ms(over['p99'])} ms"
+            f" ({fmt_pct(ss['agent_overhead_share'])} of task time)"
+        )
+    return out
+
+
 def _slo_lines(summary: dict[str, Any]) -> list[str]:
     slo = summary["slo"]
     out = []
@@ -226,6 +251,12 @@ def summary_to_csv(summary: dict[str, Any] | str | Path) -> str:
     if split:
         for name, g in [("", split), *(split.get("by_turn_class") or {}).items()]:
             w.writerows(_ttft_split_rows(name, g))
+    for name, g in (summary.get("by_step_kind") or {}).items():
+        w.writerows(_distribution_rows("step_kind", name, g["metrics"]))
+    sessions = summary.get("sessions")
+    if sessions:
+        w.writerows(_distribution_rows("sessions", "", {k: sessions[k] for k in ("task_time", "agent_overhead")}))
+        w.writerow(["sessions", "", "agent_overhead_share", "value", _cell(sessions["agent_overhead_share"]), "fraction"])
     return buf.getvalue()
 
 

@@ -1,10 +1,14 @@
-"""One agent session on the wire: turns in order, each re-sending the growing conversation.
+"""One agent session on the wire: steps in order, each re-sending the growing conversation.
 
 Turn k sends the system prompt, every previous user/tool message, the assistant replies the
 server *actually* streamed, and the new message. Between turns the agent thinks for the turn's
 ``think_time_s``: the next turn's intended time is the previous turn's end plus that time, and
 its schedule lag is measured against it. A failed turn ends the session (the conversation cannot
 go on without the reply); the failure is a record, never an exception.
+
+A DAG session (workloads.dag) runs stage by stage: a fan-out's children go out together on
+connections of their own and the join waits for the last; ``loadgen.conversation`` says what
+each step sends. Every record carries the step's id, kind, parents and depth.
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ import itertools
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import gevent
 
 from analysis.records import STATUS_ERROR, STATUS_OK, RequestRecord
 from loadgen.client import SessionConnection, StreamResult
+from loadgen.conversation import Conversation, tool_definitions
 from targets.adapters.base import Adapter, ChatRequest
+from workloads.dag import SessionPlan, plan_session
 from workloads.model import Session, turn_class
 
 
@@ -42,6 +49,11 @@ class SessionContext:
     on_record: Callable[[RequestRecord], None]
     is_stopping: Callable[[], bool]
     in_flight: InFlight
+    # More SessionConnection keywords: first-byte/idle timeouts, Retry-After cap, TLS context.
+    connection_options: dict[str, Any] = field(default_factory=dict)
+    # The workload's tokenizer (workloads.text): counts each request's prompt contents, and the
+    # output of a reply without usage when it is an exact one (--tokenizer).
+    tokenizer: Any = None
 
 
 class InFlight:
@@ -67,62 +79,121 @@ def cold_nonce(run_id: str, session_id: str, turn_index: int) -> str:
 
 
 def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
-    """Replay ``session`` with its first turn intended at ``t_sched_ns`` (perf_counter_ns)."""
-    conn = SessionConnection(
+    """Replay ``session`` with its first step intended at ``t_sched_ns`` (perf_counter_ns).
+
+    Stages run in order (workloads.dag): a plain step is intended at the previous stage's end
+    plus its ``think_time_s``; a fan-out's children start together, each on its own keep-alive
+    connection, and the next step waits for the last of them. A failed step ends the session.
+    """
+    plan = plan_session(session)
+    conversation = Conversation(session, plan, ctx.tokenizer.count if ctx.tokenizer is not None else None)
+    tools = tool_definitions(session) if ctx.adapter.accepts_tools else []
+    conns = [_connection(ctx)]
+    ctx.in_flight.sessions.add(session.session_id)
+    prev_end_ns = t_sched_ns
+    try:
+        if time.perf_counter_ns() < t_sched_ns:
+            conns[0].preconnect()
+        for n, stage in enumerate(plan.stages):
+            if not stage.fan_out:
+                step = stage.steps[0]
+                turn = session.turns[step.index]
+                intended_ns = t_sched_ns if n == 0 else prev_end_ns + int(turn.think_time_s * 1e9)
+                result = _send_step(ctx, session, plan, conversation, step.index, conns[0], intended_ns, tools)
+                if result is None:
+                    return
+                conversation.extend(step.index, result.text)
+                prev_end_ns = result.t_end_ns or time.perf_counter_ns()
+                continue
+            while len(conns) < len(stage.steps):
+                conns.append(_connection(ctx))
+            children = [
+                gevent.spawn(
+                    _send_step, ctx, session, plan, conversation, step.index, conns[j],
+                    prev_end_ns + int(session.turns[step.index].think_time_s * 1e9), tools,
+                )
+                for j, step in enumerate(stage.steps)
+            ]  # fmt: skip
+            # Each request has its own deadline; this bounds the join on top of them.
+            longest_think_s = max(session.turns[s.index].think_time_s for s in stage.steps)
+            gevent.joinall(children, timeout=longest_think_s + ctx.request_timeout_s + 5.0)
+            if not all(g.ready() for g in children):
+                gevent.killall(children, block=False)
+                return
+            results = [g.value for g in children]
+            if any(r is None for r in results):
+                return
+            conversation.join([s.index for s in stage.steps], [r.text for r in results])
+            prev_end_ns = max(r.t_end_ns or time.perf_counter_ns() for r in results)
+    finally:
+        ctx.in_flight.sessions.discard(session.session_id)
+        for conn in conns:
+            conn.close()
+
+
+def _connection(ctx: SessionContext) -> SessionConnection:
+    return SessionConnection(
         ctx.base_url,
         connect_timeout_s=ctx.connect_timeout_s,
         api_key=ctx.api_key,
         extra_headers=ctx.extra_headers,
+        **ctx.connection_options,
     )
-    messages: list[dict[str, str]] = []
-    if session.system_prompt:
-        messages.append({"role": "system", "content": session.system_prompt})
-    ctx.in_flight.sessions.add(session.session_id)
-    prev_end_ns = t_sched_ns
-    intended_ns = t_sched_ns
+
+
+def _send_step(
+    ctx: SessionContext,
+    session: Session,
+    plan: SessionPlan,
+    conversation: Conversation,
+    k: int,
+    conn: SessionConnection,
+    intended_ns: int,
+    tools: list[dict[str, Any]],
+) -> StreamResult | None:
+    """Send step ``k`` at ``intended_ns`` and record it; its result, or None when it did not
+    succeed (or the run is stopping): the session cannot go on without the reply."""
+    sleep_until_ns(intended_ns)
+    if ctx.is_stopping():
+        return None
+    to_send = conversation.messages_for(k)
+    turn = session.turns[k]
+    if turn.cold:
+        # The nonce leads the whole prompt, so no cached prefix (not even the system
+        # prompt) can match; it is sent once and never kept in the history.
+        to_send = [dict(m) for m in to_send]
+        nonce = cold_nonce(ctx.run_id, session.session_id, k)
+        to_send[0]["content"] = f"{nonce} {to_send[0]['content']}"
+    request_id = f"{ctx.run_id}-{session.index}-{k}"
+    prepared = ctx.adapter.build_request(
+        ChatRequest(
+            messages=to_send,
+            max_tokens=turn.max_tokens,
+            session_id=session.session_id,
+            request_id=request_id,
+            model=ctx.model,
+            session_header=ctx.session_header,
+            extra_body={"tools": tools} if tools else None,
+        )
+    )
+    ctx.in_flight.requests += 1
     try:
-        if time.perf_counter_ns() < t_sched_ns:
-            conn.preconnect()
-        for k, turn in enumerate(session.turns):
-            if k > 0:
-                intended_ns = prev_end_ns + int(turn.think_time_s * 1e9)
-            sleep_until_ns(intended_ns)
-            if ctx.is_stopping():
-                return
-            # Tool output goes as a user message: servers reject a tool message without a tool call.
-            messages.append({"role": "user", "content": turn.content})
-            to_send = messages
-            if turn.cold:
-                # The nonce leads the whole prompt, so no cached prefix (not even the system
-                # prompt) can match; it is sent once and never kept in the history.
-                to_send = [dict(m) for m in messages]
-                nonce = cold_nonce(ctx.run_id, session.session_id, k)
-                to_send[0]["content"] = f"{nonce} {to_send[0]['content']}"
-            request_id = f"{ctx.run_id}-{session.index}-{k}"
-            prepared = ctx.adapter.build_request(
-                ChatRequest(
-                    messages=to_send,
-                    max_tokens=turn.max_tokens,
-                    session_id=session.session_id,
-                    request_id=request_id,
-                    model=ctx.model,
-                    session_header=ctx.session_header,
-                )
-            )
-            ctx.in_flight.requests += 1
-            try:
-                result = conn.stream(prepared, ctx.adapter, deadline_s=ctx.request_timeout_s)
-            finally:
-                ctx.in_flight.requests -= 1
-            rec = _record(ctx, session, k, turn.max_tokens, request_id, intended_ns, result)
-            ctx.on_record(rec)
-            if not rec.ok:
-                return
-            messages.append({"role": "assistant", "content": result.text})
-            prev_end_ns = result.t_end_ns or time.perf_counter_ns()
+        result = conn.stream(prepared, ctx.adapter, deadline_s=ctx.request_timeout_s)
     finally:
-        ctx.in_flight.sessions.discard(session.session_id)
-        conn.close()
+        ctx.in_flight.requests -= 1
+    rec = _record(ctx, session, k, turn.max_tokens, request_id, intended_ns, result)
+    step = plan.steps[k]
+    rec.step_id = step.step_id
+    rec.step_kind = step.kind
+    rec.parent_ids = list(step.parent_ids)
+    rec.depth = step.depth
+    rec.session_steps = len(plan.steps)
+    prompt_tokens = conversation.prompt_tokens(k)
+    if prompt_tokens is not None and turn.cold:
+        prompt_tokens += ctx.tokenizer.count(nonce)
+    rec.client_prompt_tokens = prompt_tokens
+    ctx.on_record(rec)
+    return result if rec.ok else None
 
 
 def _us(t_ns: int | None, t0_ns: int) -> int | None:
@@ -149,6 +220,8 @@ def _record(
         output_tokens = completion
     elif chunk_tokens:
         output_tokens = sum(chunk_tokens)
+    elif ctx.tokenizer is not None and ctx.tokenizer.kind != "approximate" and result.text:
+        output_tokens = ctx.tokenizer.count(result.text)  # an exact tokenizer beats counting chunks
     else:
         output_tokens = n_chunks
     ok = result.error_category is None
@@ -179,4 +252,5 @@ def _record(
         error_message=result.error_message,
         http_status=result.http_status,
         server_timings=result.server_timings,
+        throttled=result.throttled,
     )

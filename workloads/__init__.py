@@ -4,10 +4,11 @@ Pure Python and numpy: nothing here imports Locust or opens a socket. docs/workl
 """
 
 from workloads.arrivals import ARRIVAL_KINDS, constant, gamma, poisson, schedule, trace, worker_share
+from workloads.dag import SessionPlan, plan_session
 from workloads.distributions import Distribution, parse_distribution
 from workloads.errors import WorkloadError
 from workloads.loader import load_workload, shipped_workloads
-from workloads.model import TURN_CLASS_FIRST, TURN_CLASS_FOLLOW_UP, Session, Turn, turn_class
+from workloads.model import STEP_KINDS, TURN_CLASS_FIRST, TURN_CLASS_FOLLOW_UP, Session, Turn, turn_class
 from workloads.sessions_jsonl import SessionFileWorkload, load_sessions_jsonl, write_sessions_jsonl
 from workloads.spec import WorkloadSpec, load_spec, parse_spec
 from workloads.synthetic import SyntheticWorkload
@@ -15,11 +16,13 @@ from workloads.workload import Workload
 
 __all__ = [
     "ARRIVAL_KINDS",
+    "STEP_KINDS",
     "TURN_CLASS_FIRST",
     "TURN_CLASS_FOLLOW_UP",
     "Distribution",
     "Session",
     "SessionFileWorkload",
+    "SessionPlan",
     "SyntheticWorkload",
     "Turn",
     "Workload",
@@ -32,6 +35,7 @@ __all__ = [
     "load_workload",
     "parse_distribution",
     "parse_spec",
+    "plan_session",
     "poisson",
     "schedule",
     "shipped_workloads",

@@ -3,6 +3,12 @@
 A ``Session`` is immutable and fully determined by (workload spec, seed, session index), so the
 same seed gives the same sessions whatever the number of workers; that is what makes A/B runs
 paired.
+
+A session is a small DAG of steps (one ``Turn`` = one step = one request), listed in an order
+where every step comes after its parents. Without step fields it is a chain: turn k extends turn
+k-1. A ``fan-out child`` extends its parent's context with its own message; the children of one
+parent run concurrently, and the ``join`` step that follows them waits for the last one and sees
+their outputs. :mod:`workloads.dag` validates the shape and groups the steps into stages.
 """
 
 from __future__ import annotations
@@ -11,6 +17,14 @@ from dataclasses import dataclass, field
 
 TURN_CLASS_FIRST = "first"
 TURN_CLASS_FOLLOW_UP = "follow-up"
+
+# Step kinds: the first step, a step extending one previous step, one of the concurrent children
+# of a fan-out, and the step that joins them.
+STEP_FIRST = "first"
+STEP_FOLLOW_UP = "follow-up"
+STEP_FAN_OUT_CHILD = "fan-out child"
+STEP_JOIN = "join"
+STEP_KINDS = (STEP_FIRST, STEP_FOLLOW_UP, STEP_FAN_OUT_CHILD, STEP_JOIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +36,15 @@ class Turn:
     and then this. ``think_time_s`` is the wait after the previous turn ended before this one is
     sent (0 for the first turn). ``role`` is ``"user"`` or ``"tool"`` (tool output is sent as a
     user message, since OpenAI-style servers reject a tool message without a preceding tool call).
+
+    DAG fields (all optional; the defaults make a chain): ``step_id`` names the step (default
+    ``t<index>``); ``kind`` is one of ``STEP_KINDS`` (default: ``first`` for turn 0, else
+    ``follow-up``); ``parent_ids`` are the steps it waits for (default: the previous step for a
+    follow-up, the last step before the group for a fan-out child, the whole group for a join).
+    ``tool_call`` names a tool the parent's reply calls (OpenAI ``tool_calls`` format): for a
+    follow-up, this turn's ``content`` is the tool's result, sent as a ``tool`` message after
+    ``think_time_s`` (the tool's latency); for a fan-out child, the child's *output* goes back
+    as the tool's result at the join (a child without ``tool_call`` joins as assistant content).
     """
 
     content: str
@@ -29,6 +52,10 @@ class Turn:
     think_time_s: float = 0.0
     role: str = "user"
     cold: bool = False
+    step_id: str = ""
+    kind: str = ""
+    parent_ids: tuple[str, ...] | None = None
+    tool_call: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

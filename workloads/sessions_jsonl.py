@@ -7,6 +7,11 @@ Line format (docs/workloads.md)::
      "turns": [{"content": "...", "max_tokens": 64},            # or "tokens": 300 instead of content
                {"tokens": 1200, "max_tokens": 64, "think_time": 1.5, "role": "tool", "cold": false}]}
 
+A session may be a DAG of steps (docs/workloads.md, "Agent sessions as DAGs"): a turn may add
+``"id"`` (its step id), ``"kind"`` (``first``, ``follow-up``, ``fan-out child``, ``join``),
+``"parents"`` (the step ids it waits for) and ``"tool_call"`` (the tool call it answers); absent,
+they make the chain above, so older files replay unchanged.
+
 Session k is the k-th non-blank line. Given texts are sent as they are, whatever the seed. Token
 counts become text deterministically from (seed, index), with the same streams the synthetic
 generator uses, so a file written with ``include_text=False`` replays the same sessions for the seed
@@ -18,20 +23,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from analysis.units import parse_duration_s
+from workloads.dag import plan_turns
 from workloads.errors import WorkloadError
 from workloads.model import Session, Turn
 from workloads.spec import DEFAULT_TENANT, GENERATOR_VERSION
-from workloads.tokenizer import count_tokens, synthetic_text
+from workloads.tokenizer import count_tokens
 from workloads.workload import Workload, check_seed_index, session_rng, system_prompt_text
 
-SESSION_KEYS = ("id", "tenant", "system_prompt", "system_prompt_tokens", "turns")
-TURN_KEYS = ("content", "tokens", "max_tokens", "think_time", "role", "cold")
+SESSION_KEYS = ("id", "tenant", "system_prompt", "system_prompt_tokens", "turns", "arrival_s")
+TURN_KEYS = ("content", "tokens", "max_tokens", "think_time", "role", "cold", "id", "kind", "parents", "tool_call")
 ROLES = ("user", "tool")
 
 
@@ -41,6 +50,19 @@ class SessionFileWorkload(Workload):
     kind = "sessions"
 
     def __init__(self, records: list[dict[str, Any]], *, name: str, source: str):
+        # With arrival times, session k is the k-th arrival (a capture writes sessions as they end).
+        timed = [r for r in records if "arrival_s" in r]
+        if timed and len(timed) != len(records):
+            missing = next(i for i, r in enumerate(records) if "arrival_s" not in r)
+            raise WorkloadError(
+                f"{source}: session {records[missing]['id']!r} has no arrival_s but others have; "
+                "give arrival_s on every line or on none"
+            )
+        self._offsets = None
+        if timed:
+            records = sorted(records, key=lambda r: r["arrival_s"])
+            t0 = records[0]["arrival_s"]
+            self._offsets = np.array([r["arrival_s"] - t0 for r in records], dtype=np.float64)
         self._records = records
         self.name = name
         self.source = source
@@ -54,21 +76,25 @@ class SessionFileWorkload(Workload):
     def tenants(self) -> tuple[str, ...]:
         return self._tenants
 
+    def arrival_offsets(self) -> np.ndarray | None:
+        return None if self._offsets is None else self._offsets.copy()
+
     def session(self, seed: int, index: int) -> Session:
         check_seed_index(seed, index, len(self._records), where=self.source)
         rec = self._records[index]
         if "system_prompt_tokens" in rec:
-            system = system_prompt_text(seed, rec["tenant"], rec["system_prompt_tokens"])
+            system = system_prompt_text(seed, rec["tenant"], rec["system_prompt_tokens"], self.tokenizer)
         else:
             system = rec["system_prompt"]
         r_text = session_rng(seed, index, "text")
         turns = tuple(
             Turn(
-                content=t["content"] if "content" in t else synthetic_text(t["tokens"], r_text),
+                content=t["content"] if "content" in t else self.tokenizer.text(t["tokens"], r_text),
                 max_tokens=t["max_tokens"],
                 think_time_s=t["think_time"],
                 role=t["role"],
                 cold=t["cold"],
+                **_step_fields(t),
             )
             for t in rec["turns"]
         )
@@ -87,7 +113,7 @@ class SessionFileWorkload(Workload):
         for rec in self._records:
             h.update(json.dumps(rec, sort_keys=True, separators=(",", ":")).encode())
             h.update(b"\n")
-        return h.hexdigest()
+        return self.with_tokenizer(h.hexdigest())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,6 +181,11 @@ def _parse_line(line: str, *, where: str) -> dict[str, Any]:
     if "system_prompt" in obj and "system_prompt_tokens" in obj:
         raise WorkloadError(f"{where}: system_prompt_tokens: given with system_prompt; give one of the two")
     rec: dict[str, Any] = {"id": sid, "tenant": tenant}
+    if "arrival_s" in obj:
+        arrival = obj["arrival_s"]
+        if isinstance(arrival, bool) or not isinstance(arrival, int | float) or not math.isfinite(arrival) or arrival < 0:
+            raise WorkloadError(f"{where}: arrival_s: {_short(arrival)} is not allowed; use seconds >= 0")
+        rec["arrival_s"] = float(arrival)
     if "system_prompt_tokens" in obj:
         where_key = f"{where}: system_prompt_tokens"
         rec["system_prompt_tokens"] = _count(obj["system_prompt_tokens"], where=where_key, at_least=0)
@@ -172,7 +203,23 @@ def _parse_line(line: str, *, where: str) -> dict[str, Any]:
             f"{where}: turns: {_short(raw_turns)} is not allowed; use a non-empty list of turns"
         )
     rec["turns"] = [_parse_turn(t, i, where=where) for i, t in enumerate(raw_turns)]
+    # The DAG's shape is checked now, with placeholder texts, so a bad file fails before any load.
+    plan_turns([Turn("", 1, **_step_fields(t)) for t in rec["turns"]], where=f"{where}: session {sid}")
     return rec
+
+
+def _step_fields(t: dict[str, Any]) -> dict[str, Any]:
+    """The DAG fields of a parsed turn as ``Turn`` keyword arguments (none for a plain chain turn)."""
+    out: dict[str, Any] = {}
+    if "id" in t:
+        out["step_id"] = t["id"]
+    if "kind" in t:
+        out["kind"] = t["kind"]
+    if "parents" in t:
+        out["parent_ids"] = tuple(t["parents"])
+    if "tool_call" in t:
+        out["tool_call"] = t["tool_call"]
+    return out
 
 
 def _parse_turn(obj: Any, i: int, *, where: str) -> dict[str, Any]:
@@ -220,7 +267,20 @@ def _parse_turn(obj: Any, i: int, *, where: str) -> dict[str, Any]:
     cold = obj.get("cold", False)
     if not isinstance(cold, bool):
         raise WorkloadError(f"{where}: {at}.cold: {_short(cold)} is not allowed; use true or false")
-    return {**text, "max_tokens": max_tokens, "think_time": think_s, "role": role, "cold": cold}
+    out = {**text, "max_tokens": max_tokens, "think_time": think_s, "role": role, "cold": cold}
+    for key in ("id", "kind", "tool_call"):
+        if key in obj:
+            if not isinstance(obj[key], str) or not obj[key]:
+                raise WorkloadError(f"{where}: {at}.{key}: {_short(obj[key])} is not allowed; use a non-empty string")
+            out[key] = obj[key]
+    if "parents" in obj:
+        parents = obj["parents"]
+        if not isinstance(parents, list) or not all(isinstance(p, str) and p for p in parents):
+            raise WorkloadError(
+                f"{where}: {at}.parents: {_short(parents)} is not allowed; use a list of step ids"
+            )
+        out["parents"] = parents
+    return out
 
 
 def _count(value: Any, *, where: str, at_least: int) -> int:
@@ -244,6 +304,10 @@ def session_record(session: Session, *, include_text: bool = True) -> dict[str, 
     else:
         rec["system_prompt_tokens"] = count_tokens(session.system_prompt)
     turns = []
+    # A DAG session writes every step's id, kind and parents, so the replay keeps its structure;
+    # a chain writes what it always did.
+    plan = plan_turns(session.turns, where=f"session {session.session_id}")
+    dag = plan.is_dag() or any(t.tool_call is not None for t in session.turns)
     for i, t in enumerate(session.turns):
         out: dict[str, Any] = {"content": t.content} if include_text else {"tokens": count_tokens(t.content)}
         out["max_tokens"] = t.max_tokens
@@ -252,6 +316,13 @@ def session_record(session: Session, *, include_text: bool = True) -> dict[str, 
         out["role"] = t.role
         if t.cold:
             out["cold"] = True
+        if dag:
+            step = plan.steps[i]
+            out["id"] = step.step_id
+            out["kind"] = step.kind
+            out["parents"] = list(step.parent_ids)
+            if t.tool_call is not None:
+                out["tool_call"] = t.tool_call
         turns.append(out)
     rec["turns"] = turns
     return rec
@@ -273,11 +344,14 @@ def write_sessions_jsonl(
             f"{workload.source}: asked for {n} sessions but it holds {workload.num_sessions}; ask for fewer"
         )
     path = Path(path)
+    offsets = workload.arrival_offsets()
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for session in workload.sessions(seed, n):
+            for k, session in enumerate(workload.sessions(seed, n)):
                 rec = session_record(session, include_text=include_text)
+                if offsets is not None:
+                    rec["arrival_s"] = round(float(offsets[k]), 6)
                 f.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
                 f.write("\n")
         os.replace(tmp, path)

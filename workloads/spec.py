@@ -14,6 +14,8 @@ Keys (docs/workloads.md has the full reference)::
     think_time: 5s                  # wait before a follow-up user turn (default 0)
     tool_time: 1s                   # wait before a tool-result turn (default: think_time)
     cold_prefill: false             # every request asks for a unique nonce at the prompt start
+    steps: [...]                    # instead of turns: a DAG of steps (fan-outs, tool calls);
+                                    # see workloads.steps
     tenants:                        # optional named mix; default one tenant named "default"
       - {name: team-a, weight: 3, output_tokens: 128}
 
@@ -35,6 +37,7 @@ import yaml
 
 from workloads.distributions import Distribution, fixed, parse_distribution
 from workloads.errors import WorkloadError
+from workloads.steps import StepSpec, parse_steps
 
 # Bumped whenever the way sessions are generated from a spec changes, so fingerprints change too.
 GENERATOR_VERSION = 1
@@ -54,7 +57,7 @@ _KNOBS: dict[str, tuple[bool, bool, int]] = {
 }
 _SCALARS = ("tool_turn_fraction", "cold_prefill")
 KNOB_KEYS: tuple[str, ...] = (*_KNOBS, *_SCALARS)
-TOP_KEYS: tuple[str, ...] = ("name", "description", *KNOB_KEYS, "tenants")
+TOP_KEYS: tuple[str, ...] = ("name", "description", *KNOB_KEYS, "steps", "tenants")
 TENANT_KEYS: tuple[str, ...] = ("name", "weight", *KNOB_KEYS)
 REQUIRED: tuple[str, ...] = ("name", "turns", "user_tokens", "output_tokens")
 # Required knobs may instead be given in every tenant.
@@ -74,6 +77,7 @@ class Knobs:
     think_time: Distribution
     tool_time: Distribution
     cold_prefill: bool
+    steps: tuple[StepSpec, ...] | None = None  # a DAG of steps instead of `turns` (then None)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -81,7 +85,10 @@ class Knobs:
             v = getattr(self, f.name)
             if v is None:
                 continue
-            out[f.name] = v.to_dict() if isinstance(v, Distribution) else v
+            if f.name == "steps":
+                out[f.name] = [step.to_dict() for step in v]
+            else:
+                out[f.name] = v.to_dict() if isinstance(v, Distribution) else v
         return out
 
 
@@ -168,6 +175,10 @@ def parse_spec(data: Any, *, where: str = "<spec>") -> WorkloadSpec:
     if description:
         canonical["description"] = description
     canonical.update(_canonical_knobs(base, where=where, prefix=""))
+    steps = None
+    if "steps" in data:
+        steps = parse_steps(data["steps"], where=where)
+        canonical["steps"] = [step.to_dict() for step in steps]
 
     raw_tenants = data.get("tenants")
     implicit = raw_tenants is None  # one tenant, "default": errors name top-level keys only
@@ -200,7 +211,7 @@ def parse_spec(data: Any, *, where: str = "<spec>") -> WorkloadSpec:
             raise WorkloadError(f"{where}: {at}.weight: {weight!r} is not allowed; use a number > 0")
         overrides = {k: raw[k] for k in KNOB_KEYS if k in raw}
         prefix = "" if implicit else at + "."
-        knobs = _resolve({**base, **overrides}, where=where, prefix=prefix, overrides=overrides)
+        knobs = _resolve({**base, **overrides}, where=where, prefix=prefix, overrides=overrides, steps=steps)
         tenants.append(TenantSpec(tname, float(weight), knobs))
         if "tenants" in canonical:
             entry = {"name": tname, "weight": _num(float(weight))}
@@ -251,7 +262,14 @@ def _canonical_knobs(values: Mapping[str, Any], *, where: str, prefix: str) -> d
     return out
 
 
-def _resolve(values: Mapping[str, Any], *, where: str, prefix: str, overrides: Mapping[str, Any]) -> Knobs:
+def _resolve(
+    values: Mapping[str, Any],
+    *,
+    where: str,
+    prefix: str,
+    overrides: Mapping[str, Any],
+    steps: tuple[StepSpec, ...] | None = None,
+) -> Knobs:
     """The full knob set of one tenant: its overrides over the top level, defaults filled in."""
 
     def knob(key: str, default: Distribution | None) -> Distribution | None:
@@ -271,6 +289,17 @@ def _resolve(values: Mapping[str, Any], *, where: str, prefix: str, overrides: M
         else 0.0
     )
     tool_output = knob("tool_output_tokens", None)
+    if steps is not None and "turns" in values:
+        raise WorkloadError(
+            f"{where}: {level('turns')}turns: given with steps; a session is either turns in a chain or steps"
+        )
+    if steps is not None and tool_output is None:
+        for step in steps:
+            if step.kind == "tool" and step.input_tokens is None:
+                raise WorkloadError(
+                    f"{where}: {prefix}tool_output_tokens: missing; the tool step {step.step_id!r} needs it "
+                    "(or give the step input_tokens)"
+                )
     if fraction > 0 and tool_output is None:
         raise WorkloadError(
             f"{where}: {prefix}tool_output_tokens: missing; needed when tool_turn_fraction > 0 "
@@ -279,7 +308,8 @@ def _resolve(values: Mapping[str, Any], *, where: str, prefix: str, overrides: M
     cold = False
     if "cold_prefill" in values:
         cold = _parse_bool(values["cold_prefill"], where=where, prefix=level("cold_prefill"))
-    missing = [k for k in ("turns", "user_tokens", "output_tokens") if k not in values]
+    needed = ("user_tokens", "output_tokens") if steps is not None else ("turns", "user_tokens", "output_tokens")
+    missing = [k for k in needed if k not in values]
     if missing:
         raise WorkloadError(
             f"{where}: {prefix}{missing[0]}: missing; give it at the top level or in every tenant "
@@ -287,7 +317,7 @@ def _resolve(values: Mapping[str, Any], *, where: str, prefix: str, overrides: M
         )
     return Knobs(
         system_prompt_tokens=knob("system_prompt_tokens", fixed(0, integer=True)),
-        turns=knob("turns", None),
+        turns=knob("turns", fixed(1, integer=True) if steps is not None else None),
         first_user_tokens=knob("first_user_tokens", user),
         user_tokens=user,
         tool_output_tokens=tool_output,
@@ -296,6 +326,7 @@ def _resolve(values: Mapping[str, Any], *, where: str, prefix: str, overrides: M
         think_time=think,
         tool_time=knob("tool_time", think),
         cold_prefill=cold,
+        steps=steps,
     )
 
 

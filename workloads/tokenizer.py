@@ -21,6 +21,7 @@ import random
 import re
 import zlib
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 _TOKEN_RE = re.compile(r"<\|[a-z_]+\|>|\w{1,8}|[^\w\s]")
 
@@ -67,14 +68,30 @@ def synthetic_text(n_tokens: int, rng: random.Random) -> str:
     return " ".join(words)
 
 
-def render_chat(messages: Iterable[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
+def render_chat(messages: Iterable[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
     """The sim's chat template: ``<|role|>\\ncontent\\n`` per message, then ``<|assistant|>\\n``.
 
     Each role marker is one token and newlines are not tokens, so the rendered conversation of
     turn k (generation prompt included) is a token prefix of turn k+1's prompt once the assistant
-    reply is appended as a message.
+    reply is appended as a message. An assistant message's OpenAI ``tool_calls`` follow its
+    content, one ``<|tool_call|>\\nname arguments\\n`` each.
     """
-    parts = [f"<|{m['role']}|>\n{m.get('content') or ''}\n" for m in messages]
+    parts = []
+    for m in messages:
+        parts.append(f"<|{m['role']}|>\n{m.get('content') or ''}\n")
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            parts.append(f"<|tool_call|>\n{fn.get('name', '')} {fn.get('arguments', '')}\n")
     if add_generation_prompt:
         parts.append(GENERATION_PROMPT)
     return "".join(parts)
+
+
+def render_tools(tools: Iterable[Mapping[str, Any]]) -> str:
+    """The sim's rendering of OpenAI ``tools`` definitions, put before the conversation as engines
+    do: ``<|tools|>\\n`` then ``name: description`` per function; empty when there are none."""
+    lines = []
+    for tool in tools:
+        fn = tool.get("function") or {}
+        lines.append(f"{fn.get('name', '')}: {fn.get('description') or ''}\n")
+    return "<|tools|>\n" + "".join(lines) if lines else ""

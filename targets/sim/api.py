@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from targets.sim.wire import CHAT, COMPLETIONS
-from workloads.tokenizer import render_chat, token_ids
+from workloads.tokenizer import render_chat, render_tools, token_ids
 
 
 class BadRequest(ValueError):
@@ -32,13 +32,15 @@ class GenerationRequest:
 def parse_request(endpoint: str, body: Any, default_max_tokens: int) -> GenerationRequest:
     """Validate a decoded JSON body of ``/v1/chat/completions`` or ``/v1/completions``.
 
-    Prompt tokens are ``token_ids(render_chat(messages))`` for chat and ``token_ids(prompt)`` for
-    completions, with the shared tokenizer (``workloads.tokenizer``).
+    Prompt tokens are ``token_ids(render_tools(tools) + render_chat(messages))`` for chat and
+    ``token_ids(prompt)`` for completions, with the shared tokenizer (``workloads.tokenizer``).
+    Chat accepts OpenAI tool use: ``tools`` (function definitions), assistant messages with
+    ``tool_calls`` and ``tool`` messages with ``tool_call_id``.
     """
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     if endpoint == CHAT:
-        text = render_chat(_messages(body.get("messages")))
+        text = render_tools(_tools(body.get("tools"))) + render_chat(_messages(body.get("messages")))
     elif endpoint == COMPLETIONS:
         text = _prompt(body.get("prompt"))
     else:  # pragma: no cover - the router only mounts the two
@@ -74,15 +76,48 @@ def parse_request(endpoint: str, body: Any, default_max_tokens: int) -> Generati
     return GenerationRequest(endpoint, ids, max_tokens, stream, include_usage)
 
 
-def _messages(raw: Any) -> list[dict[str, str]]:
+def _messages(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise BadRequest("messages must be a non-empty list of {role, content} objects")
     out = []
     for i, m in enumerate(raw):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise BadRequest(f"messages[{i}] must be an object with a string 'role'")
-        out.append({"role": m["role"], "content": _content(m.get("content"), i)})
+        msg: dict[str, Any] = {"role": m["role"], "content": _content(m.get("content"), i)}
+        calls = m.get("tool_calls")
+        if calls is not None:
+            msg["tool_calls"] = _tool_calls(calls, i)
+        call_id = m.get("tool_call_id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise BadRequest(f"messages[{i}].tool_call_id must be a string")
+        out.append(msg)
     return out
+
+
+def _tool_calls(raw: Any, i: int) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls``: ``[{id, type: "function", function: {name, arguments}}]``."""
+    if not isinstance(raw, list):
+        raise BadRequest(f"messages[{i}].tool_calls must be a list")
+    for j, call in enumerate(raw):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise BadRequest(f"messages[{i}].tool_calls[{j}] must be an object with function.name")
+        if not isinstance(fn.get("arguments", ""), str):
+            raise BadRequest(f"messages[{i}].tool_calls[{j}].function.arguments must be a JSON string")
+    return raw
+
+
+def _tools(raw: Any) -> list[dict[str, Any]]:
+    """The ``tools`` definitions: ``[{type: "function", function: {name, description?, parameters?}}]``."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise BadRequest("tools must be a list of {type: function, function: {name}} objects")
+    for j, tool in enumerate(raw):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise BadRequest(f"tools[{j}] must be an object with function.name")
+    return raw
 
 
 def _content(content: Any, i: int) -> str:

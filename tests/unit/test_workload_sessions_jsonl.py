@@ -114,7 +114,7 @@ def test_fingerprint_is_content_not_formatting(tmp_path):
         ("[1, 2]", "line 2: [1, 2] is not a JSON object; give one session object per line"),
         (
             {**GOOD, "colour": 1},
-            "line 2: colour: unknown key; use one of id, tenant, system_prompt, system_prompt_tokens, turns",
+            "line 2: colour: unknown key; use one of id, tenant, system_prompt, system_prompt_tokens, turns, arrival_s",
         ),
         ({"turns": GOOD["turns"]}, "line 2: id: missing; every session needs an id (a non-empty string)"),
         ({"id": "b"}, "line 2: turns: missing; every session needs a non-empty list of turns"),
@@ -149,7 +149,7 @@ def test_fingerprint_is_content_not_formatting(tmp_path):
         ),
         (
             {"id": "b", "turns": [{"content": "x", "max_tokens": 3, "rol": "user"}]},
-            "line 2: turns[0].rol: unknown key; use one of content, tokens, max_tokens, think_time, role, cold",
+            "line 2: turns[0].rol: unknown key; use one of content, tokens, max_tokens, think_time, role, cold, id, kind, parents, tool_call",
         ),
         (
             {"id": "b", "turns": [{"content": "x", "max_tokens": 3, "role": "assistant"}]},
@@ -198,7 +198,7 @@ def test_file_level_errors(tmp_path):
     )
     gone = tmp_path / "gone.jsonl"
     assert _message(load_workload, str(gone)) == (
-        f"{gone}: cannot read the session file (No such file or directory); give a readable .jsonl file"
+        f"{gone}: no such file; give the path of a dataset, trace or session file"
     )
     wl = load_workload(str(_lines(tmp_path, GOOD)))
     with pytest.raises(WorkloadError, match=r"asked for 2 sessions but it holds 1; ask for fewer$"):

@@ -60,8 +60,8 @@ def test_shipped_specs_are_listed_and_named_after_their_file():
 def test_unknown_name_lists_the_shipped_ones():
     msg = _message(load_workload, "agentic")
     assert msg == (
-        f"unknown workload 'agentic'; use one of {', '.join(shipped_workloads())}, a .yaml/.yml spec path "
-        "or a .jsonl session file"
+        f"unknown workload 'agentic'; use one of {', '.join(shipped_workloads())}, a .yaml/.yml spec, or a data "
+        "file (.jsonl session file, ShareGPT .json/.jsonl, Mooncake .jsonl, Azure .csv)"
     )
 
 
@@ -124,7 +124,7 @@ def test_fingerprint_tracks_traffic_not_names(tmp_path):
             {**MINIMAL, "think_tme": 2},
             "w.yaml: think_tme: unknown key; use one of name, description, system_prompt_tokens, turns, "
             "first_user_tokens, user_tokens, tool_output_tokens, output_tokens, think_time, tool_time, "
-            "tool_turn_fraction, cold_prefill, tenants",
+            "tool_turn_fraction, cold_prefill, steps, tenants",
         ),
         ({**MINIMAL, "user_tokens": -5}, "w.yaml: user_tokens: -5 is negative; use a number >= 0"),
         ({**MINIMAL, "output_tokens": 0}, "w.yaml: output_tokens: 0 is below 1; use a value >= 1"),

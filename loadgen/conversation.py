@@ -1,0 +1,118 @@
+"""What each step of a session sends: the conversation so far plus the step's own message.
+
+Pure: no sockets, no clock. The session driver asks for a step's messages, sends them, and hands
+the streamed reply back. A plain step's message and reply become history. A fan-out child sends the
+history plus its own message and changes nothing; at the join, the children's outputs become history:
+``tool`` messages answering the calls the parent's reply made (children with ``tool_call``), then
+one assistant message holding the other children's outputs, in step order.
+
+Tool calls use the OpenAI format: the reply of a step whose children or follow-up answer a tool
+call is stored as an assistant message with ``tool_calls`` (id ``call_<step id>``), and the answer
+is a ``tool`` message with that ``tool_call_id``. A chain turn with ``role: tool`` and no
+``tool_call`` is sent as a user message, as it always was (servers reject a tool message without a
+preceding call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from workloads.dag import SessionPlan
+from workloads.model import STEP_FAN_OUT_CHILD, Session, Turn
+
+
+def tool_call_id(step_id: str) -> str:
+    """The id of the tool call that step ``step_id`` answers."""
+    return f"call_{step_id}"
+
+
+def tool_definitions(session: Session) -> list[dict[str, Any]]:
+    """OpenAI ``tools`` for every tool the session calls (sorted by name); empty when none."""
+    names = sorted({t.tool_call for t in session.turns if t.tool_call is not None})
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"Run {name} and return its output.",
+                "parameters": {"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]},
+            },
+        }
+        for name in names
+    ]
+
+
+class Conversation:
+    """The history of one session as it runs (see the module docstring)."""
+
+    def __init__(self, session: Session, plan: SessionPlan, count: Callable[[str], int] | None = None) -> None:
+        self._turns = session.turns
+        self._plan = plan
+        self._count = count
+        # Tokens of the history's message contents, counted once per message as it is added.
+        self.history_tokens = 0
+        self.history: list[dict[str, Any]] = []
+        if session.system_prompt:
+            self._append({"role": "system", "content": session.system_prompt})
+
+    def _append(self, message: dict[str, Any]) -> None:
+        self.history.append(message)
+        if self._count is not None:
+            self.history_tokens += self._count(message.get("content") or "")
+
+    def prompt_tokens(self, index: int) -> int | None:
+        """Tokens of what step ``index`` sends (contents only: roles, template and tool-call JSON
+        are the server's to count); None without a counter."""
+        if self._count is None:
+            return None
+        return self.history_tokens + self._count(self._turns[index].content)
+
+    def message(self, index: int) -> dict[str, Any]:
+        """Step ``index``'s own message."""
+        turn: Turn = self._turns[index]
+        if turn.tool_call is not None and self._plan.steps[index].kind != STEP_FAN_OUT_CHILD:
+            step_id = self._plan.steps[index].step_id
+            return {"role": "tool", "tool_call_id": tool_call_id(step_id), "content": turn.content}
+        return {"role": "user", "content": turn.content}
+
+    def messages_for(self, index: int) -> list[dict[str, Any]]:
+        """What step ``index`` sends: the history, then its own message (a new list)."""
+        return [*self.history, self.message(index)]
+
+    def extend(self, index: int, reply: str) -> None:
+        """After a plain step: its message and its reply (with the tool calls it makes) become history."""
+        self._append(self.message(index))
+        self._append(self._assistant(index, reply))
+
+    def join(self, indices: Sequence[int], replies: Sequence[str]) -> None:
+        """After a fan-out: the children's outputs become history (tool results, then the rest)."""
+        plain = []
+        for index, reply in zip(indices, replies, strict=True):
+            step_id = self._plan.steps[index].step_id
+            if self._turns[index].tool_call is not None:
+                self._append({"role": "tool", "tool_call_id": tool_call_id(step_id), "content": reply})
+            else:
+                plain.append(reply)
+        if plain:
+            self._append({"role": "assistant", "content": "\n".join(plain)})
+
+    def _assistant(self, index: int, reply: str) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": reply}
+        answered = self._plan.calls_by_parent.get(self._plan.steps[index].step_id)
+        if answered:
+            msg["tool_calls"] = [self._call(i) for i in answered]
+        return msg
+
+    def _call(self, index: int) -> dict[str, Any]:
+        step_id = self._plan.steps[index].step_id
+        return {
+            "id": tool_call_id(step_id),
+            "type": "function",
+            "function": {
+                "name": self._turns[index].tool_call,
+                "arguments": orjson.dumps({"task": step_id}).decode(),
+            },
+        }
