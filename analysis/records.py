@@ -92,6 +92,9 @@ class RequestRecord:
     parent_ids: list[str] | None = None
     depth: int | None = None
     session_steps: int | None = None
+    # Prompt tokens as the run's tokenizer counts the messages' contents (no chat template): set
+    # against the server's prompt_tokens, a check that prompts are as large as intended.
+    client_prompt_tokens: int | None = None
 
     # Derived values: the formulas of DESIGN §4, in one place.
     @property

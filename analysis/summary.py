@@ -22,6 +22,7 @@ import orjson
 from hdrh.histogram import HdrHistogram
 
 from analysis import hdr, hlog
+from analysis.prompt_check import prompt_tokens_check
 from analysis.records import (
     ERROR_CATEGORIES,
     METRICS,
@@ -129,10 +130,14 @@ def summarize_results(
     out.update(ctx.group(lambda r: True, lambda tc, tn, tg: True, total_cost))
     out["generator"] = _generator(info, out["metrics"]["schedule_lag"], saturation_lag_ms)
     out["generator_saturated"] = out["generator"]["saturated"]
+    exact = (info.get("tokenizer") or {}).get("kind") == "huggingface"
     out["output_tokens_source"] = {
         "usage": sum(1 for r in ctx.measured if r.usage_completion_tokens is not None),
-        "chunks": sum(1 for r in ctx.measured if r.usage_completion_tokens is None and r.ok),
+        # Without usage, a reply is counted by an exact tokenizer when the run has one, else by chunks.
+        ("tokenizer" if exact else "chunks"): sum(1 for r in ctx.measured if r.usage_completion_tokens is None and r.ok),
     }
+    out["tokenizer"] = info.get("tokenizer") or {"name": "builtin", "kind": "approximate"}
+    out["prompt_tokens_check"] = prompt_tokens_check(ctx.measured, info.get("tokenizer"))
     unknown_in = sum(1 for r in ctx.finished if r.ok and r.prompt_tokens is None)
     if unknown_in:
         notes.append(f"{unknown_in} request(s) have no prompt token count; input tokens/s undercounts")

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from analysis.prompt_check import format_prompt_check
 from analysis.records import METRICS
 
 GROUPS = (("by_turn_class", "turn class"), ("by_tenant", "tenant"), ("by_target", "target"),
@@ -103,6 +104,9 @@ def format_summary(summary: dict[str, Any] | str | Path) -> str:
             out.append(f"            server faults {err['server_faults']:,}  client errors {err['client_errors']:,}")
     if err.get("throttled_retries"):
         out.append(f"throttled   {err['throttled_retries']:,} retries after 429 + Retry-After (not failures)")
+    check = format_prompt_check(summary.get("prompt_tokens_check"))
+    if check:
+        out.append(check)
     out.extend(target_checks_lines(summary))
     if summary.get("notes"):
         out.append("notes")

@@ -160,6 +160,7 @@ class Driver:
             is_stopping=lambda: self._stopping,
             in_flight=self.in_flight,
             connection_options={**connection_options(cfg), "recv_delays": recv_delays},
+            tokenizer=getattr(workload, "tokenizer", None),
         )
 
     # -- lifecycle -----------------------------------------------------------------------------

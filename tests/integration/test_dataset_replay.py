@@ -102,3 +102,34 @@ def test_workload_inspect_export_and_bad_files_before_any_load(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].endswith("bad.jsonl line 2: output_length: missing; every request needs timestamp, input_length, output_length, hash_ids")
     assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())
+
+
+def test_a_tokenizer_builds_exact_prompts_and_the_server_count_checks_them(tmp_path):
+    from tests.unit.test_hf_tokenizer import train_bpe
+
+    tok = train_bpe(tmp_path / "tokenizer.json")
+    azure = FIX / "azure.csv"
+    n = 15
+    r = loadgen(
+        "run", "--workload", str(azure), "--tokenizer", str(tok), "--num-sessions", str(n), "--rate", "40",
+        "--time-scale", "0", "--results", str(tmp_path / "res"), "--max-schedule-lag", "1s",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = run_dir(tmp_path / "res")
+    run = json.loads((d / "run.json").read_text())
+    assert run["tokenizer"]["kind"] == "huggingface" and run["tokenizer"]["path"] == str(tok)
+    assert run["arrival"] == {"kind": "trace", "source": "workload", "time_scale": 1.0, "rate_per_s": 40.0}
+    sizes = [int(line.split(",")[1]) for line in azure.read_text().splitlines()[1:]]
+    wl = load_workload(azure)
+    by_id = {wl.session(0, k).session_id: sizes[int(wl.session(0, k).session_id.rsplit("-L", 1)[1]) - 2] for k in range(n)}
+    recs = records(d)
+    assert len(recs) == n
+    for x in recs:
+        # The prompt is exactly ContextTokens for the tokenizer; the sim (whose tokenizer counts each of
+        # those words as one token too) adds its template: one role marker and the generation prompt.
+        assert x.client_prompt_tokens == by_id[x.session_id]
+        assert x.prompt_tokens == x.client_prompt_tokens + 2
+    summary = json.loads((d / "summary.json").read_text())
+    check = summary["prompt_tokens_check"]
+    assert check["requests"] == n and check["per_request"]["min"] == check["per_request"]["max"] == 2
+    assert "prompt      server" in r.stdout + r.stderr
