@@ -62,7 +62,7 @@ def test_a_directory_or_a_cached_model_name_resolves_to_its_tokenizer_json(token
     assert resolve_tokenizer_file("acme/tiny-lm") == snap / "tokenizer.json"
     with pytest.raises(WorkloadError, match="no model of that name in the local Hugging Face cache"):
         resolve_tokenizer_file("acme/missing")
-    with pytest.raises(WorkloadError, match="the directory holds no tokenizer.json"):
+    with pytest.raises(WorkloadError, match=r"the directory holds no tokenizer\.json"):
         resolve_tokenizer_file(str(tmp_path))
 
 
