@@ -30,6 +30,7 @@ from analysis.summary import summarize_results
 from analysis.summary_format import GROUPS, describe_mode, fmt_ms, fmt_num, fmt_pct
 from analysis.svg import Mark, Series, bar_chart, line_chart
 from analysis.sweep import SweepResult, describe_max, key_figures
+from analysis.target_checks import target_checks_html
 
 RUN_SECTIONS = (
     "headline", "slo", "throughput", "ttft-cdf", "itl-cdf", "ttft-by-turn", "ttft-split", "over-time", "in-flight",
@@ -118,7 +119,7 @@ def _run_body(res: RunResults, s: dict[str, Any]) -> list[str]:
     out.append(
         section("breakdown", "Breakdowns", *(_group_table(title, s.get(key) or {}) for key, title in GROUPS))
     )
-    out.append(section("targets", "Targets", _targets_block(s)))
+    out.append(section("targets", "Targets", _targets_block(s), target_checks_html(s)))
     out.append(section("config", "Configuration (run.json)", f"<pre>{esc(_pretty(res.info))}</pre>"))
     out.append(
         f"<footer>summary schema {s['schema_version']}; latency from {esc(s['histogram_source'])}</footer>"

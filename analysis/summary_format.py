@@ -12,6 +12,7 @@ import orjson
 
 from analysis.prompt_check import format_prompt_check
 from analysis.records import METRICS
+from analysis.target_checks import target_checks_lines
 
 GROUPS = (("by_turn_class", "turn class"), ("by_tenant", "tenant"), ("by_target", "target"),
           ("by_model", "model"), ("by_hardware", "hardware"))  # fmt: skip

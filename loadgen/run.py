@@ -92,6 +92,9 @@ class RunOptions:
     prometheus_linger: str = "0s"
     html: bool = False
     quiet: bool = False
+    # quality gate before load (loadgen/quality.py): refuse the run below this score
+    quality_gate: float | None = None
+    quality_eval: str | None = None
     extra_locust_args: list[str] = field(default_factory=list)
 
 
@@ -164,6 +167,10 @@ def validate(opts: RunOptions) -> None:
         get_adapter(opts.adapter)
     except ValueError as e:
         raise UserError(str(e)) from None
+    if opts.quality_gate is not None or opts.quality_eval:
+        from loadgen.quality import validate_gate
+
+        validate_gate(opts.quality_gate, opts.quality_eval)
 
 
 def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> list[str]:
@@ -259,11 +266,15 @@ def target_for(opts: RunOptions) -> Iterator[tuple[str, dict[str, Any]]]:
             time_scale=opts.time_scale,
             seed=opts.seed,
             router=opts.router,
+            llama_parallel=opts.llama_parallel,
+            llama_ctx=opts.llama_ctx,
+            sim_args=_sim_answers(opts),
         )
     except ValueError as e:
         raise UserError(str(e)) from None
     try:
         info: dict[str, Any] = {"kind": "router" if opts.router != "none" else opts.engine, "fleet": fleet.describe()}
+        info["cold_start"] = [c.as_dict() for c in fleet.cold_starts()]
         if not opts.target_label:
             # A stable label (not the random port) so arms and reruns line up in comparisons.
             opts.target_label = opts.engine if opts.router == "none" else opts.router.replace(":", "-")
@@ -274,6 +285,15 @@ def target_for(opts: RunOptions) -> Iterator[tuple[str, dict[str, Any]]]:
         yield fleet.url, info
     finally:
         fleet.stop()
+
+
+def _sim_answers(opts: RunOptions) -> list[str]:
+    """An embedded sim is told the quality eval's answers: the gate then checks the plumbing."""
+    if opts.quality_gate is None and not opts.quality_eval:
+        return []
+    from loadgen.quality import sim_answers_file
+
+    return ["--answers", sim_answers_file(opts.quality_eval)]
 
 
 def preflight(opts: RunOptions, url: str, replica_urls: list[str] | None = None) -> dict[str, Any]:
@@ -359,6 +379,10 @@ def run(opts: RunOptions) -> int:
             info["labels"] = opts.target_labels
         if opts.expect:
             info["expect"] = opts.expect
+        if opts.quality_gate is not None or opts.quality_eval:
+            from loadgen.quality import gate_before_load
+
+            gate_before_load(opts, url, info)
         with tempfile.NamedTemporaryFile("wb", suffix=".json", prefix="loadgen-target-", delete=False) as f:
             f.write(orjson.dumps(info))
             info_path = f.name

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from targets.errors import TargetError
-from targets.fleet.fleet import ENGINES, serve_fleet
+from targets.fleet.coldstart import format_cold_starts, measure_cold_starts
+from targets.fleet.fleet import ENGINES, serve_fleet, start_fleet
 from targets.fleet.routers import RouterSpecError, parse_router_spec
 
 
@@ -61,10 +62,26 @@ class RouterSpecType(click.ParamType):
 )  # fmt: skip
 @click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds each replica and the router get to become healthy.")  # fmt: skip
+@click.option("--measure-cold-start", "measure_launches", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Launch the fleet N times (launch -> listening -> healthy -> first token), print p50/max, exit.")  # fmt: skip
 def fleet_command(
-    replicas, engine, profile, time_scale, seed, router, router_port, router_args, log_dir, startup_timeout
-):
+    replicas, engine, profile, time_scale, seed, router, router_port, router_args, log_dir, startup_timeout,
+    measure_launches,
+):  # fmt: skip
     """Start a local fleet and print its URLs, the router's first; Ctrl-C or SIGTERM stops it."""
+    if measure_launches:
+        fleet_args = dict(
+            replicas=replicas, engine=engine, profile=profile, time_scale=time_scale, seed=seed, router=router,
+            router_port=router_port, router_args=router_args, log_dir=log_dir, startup_timeout_s=startup_timeout,
+        )  # fmt: skip
+        try:
+            rounds = measure_cold_starts(
+                lambda: start_fleet(**fleet_args), lambda f: f.processes(), lambda f: f.stop(), measure_launches
+            )
+        except TargetError as e:
+            raise FleetUsageError(str(e)) from None
+        print(format_cold_starts(rounds), flush=True)
+        return
     try:
         code = serve_fleet(
             echo=lambda line: print(line, flush=True),

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from targets.fleet.coldstart import ColdStart, ColdStartWatch, collect_cold_starts
 from targets.fleet.procs import (
     LOOPBACK,
     FleetError,
@@ -133,6 +134,11 @@ class Fleet:
     def processes(self) -> list[OwnedProcess]:
         return ([self.router.process] if self.router else []) + [r.process for r in self.replicas]
 
+    def cold_starts(self, timeout_s: float = 30.0) -> list[ColdStart]:
+        """How each process started (router first), waiting up to ``timeout_s`` for the last
+        first-token probes (see ``coldstart``); a process without a watch is left out."""
+        return collect_cold_starts(self.processes(), timeout_s)
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the router and every replica (SIGTERM, then SIGKILL after ``timeout_s``)."""
         stop_all(self.processes(), timeout_s)
@@ -187,7 +193,10 @@ def start_sim_replicas(
     log_dir: Path,
     startup_timeout_s: float,
 ) -> list[Replica]:
-    """Start ``n`` simulated engines on free ports and wait until each is healthy and ours."""
+    """Start ``n`` simulated engines on free ports and wait until each is healthy and ours.
+
+    ``sim_args`` are extra ``python -m targets.sim`` flags for every replica (e.g. ``--answers``).
+    """
     env = child_env(
         {"PYTHONPATH": os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))}
     )
@@ -196,7 +205,11 @@ def start_sim_replicas(
         for i in range(n):
             server_id = f"replica-{i}"
             rs = replica_seed(seed, i)
-            proc = spawn(f"sim-{i}", _sim_argv(profile, time_scale, rs, server_id), log_dir=log_dir, env=env)
+            argv = [*_sim_argv(profile, time_scale, rs, server_id), *sim_args]
+            proc = spawn(f"sim-{i}", argv, log_dir=log_dir, env=env)
+            proc.cold_start = ColdStartWatch(
+                proc, role="replica", port_pattern=_SIM_LISTENING, timeout_s=startup_timeout_s
+            )
             replicas.append(Replica(name=f"sim-{i}", url="", server_id=server_id, seed=rs, process=proc))
         for r in replicas:
             r.url = wait_for_log_line(r.process, _SIM_LISTENING, startup_timeout_s).group(1)
@@ -235,7 +248,12 @@ def start_llama_replicas(n: int, *, seed: int, log_dir: Path, startup_timeout_s:
             server_id=f"replica-{s.index}",
             seed=shared_seed,
             process=OwnedProcess(
-                name=f"llama-server-{s.index}", argv=s.argv, log_path=s.log_path, popen=s.process
+                name=f"llama-server-{s.index}",
+                argv=s.argv,
+                log_path=s.log_path,
+                popen=s.process,
+                launched_at=s.owned.launched_at,
+                cold_start=s.owned.cold_start,
             ),
         )
         for s in servers
@@ -279,6 +297,10 @@ def start_fleet(
     server id ``replica-i``. Logs go to ``log_dir`` (a new temporary directory by default) and
     stay there after ``stop()``. Input is checked before anything starts; any failure while
     starting stops what was started and raises ``FleetError`` (one line, with a log tail).
+    ``profile`` is a shipped sim profile or a profile file (``.json``); ``llama_parallel`` and
+    ``llama_ctx`` are llama-server's ``--parallel`` (slots) and ``--ctx-size`` (KV tokens of a
+    replica, shared by its slots). ``sim_args`` are extra flags for every sim replica. Each
+    process gets a cold-start watch (``Fleet.cold_starts()``).
     """
     if not isinstance(replicas, int) or replicas < 1:
         raise FleetError(f"--replicas must be a whole number >= 1 (got {replicas!r})")

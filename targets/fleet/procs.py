@@ -31,6 +31,9 @@ from pathlib import Path
 
 from targets.errors import TargetError
 
+if TYPE_CHECKING:
+    from targets.fleet.coldstart import ColdStartWatch
+
 LOOPBACK = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -96,6 +99,8 @@ class OwnedProcess:
     argv: list[str]
     log_path: Path
     popen: subprocess.Popen = field(repr=False)
+    launched_at: float = 0.0  # time.monotonic() just before the exec: time zero of its cold start
+    cold_start: ColdStartWatch | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int:
@@ -169,6 +174,7 @@ def spawn(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     with open(log_path, "wb") as log:
+        launched_at = time.monotonic()
         try:
             popen = subprocess.Popen(
                 list(argv),
@@ -182,7 +188,7 @@ def spawn(
             )
         except FileNotFoundError as e:
             raise FleetError(f"{name}: cannot run {argv[0]!r}: {e.strerror}") from None
-    return OwnedProcess(name=name, argv=list(argv), log_path=log_path, popen=popen)
+    return OwnedProcess(name=name, argv=list(argv), log_path=log_path, popen=popen, launched_at=launched_at)
 
 
 def free_port(host: str = LOOPBACK) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from targets.fleet.coldstart import ColdStartWatch
 from targets.fleet.procs import (
     LOOPBACK,
     FleetError,
@@ -338,6 +339,10 @@ def start_router(
             log_level=log_level, extra_args=extra_args,
         )  # fmt: skip
         proc = spawn(f"{kind.name}-{p}", argv, log_dir=log_dir, env=router_env())
+        proc.cold_start = ColdStartWatch(
+            proc, role="router", name=kind.name, port=p, health_path="/workers",
+            ready=_workers_ready(worker_urls), timeout_s=startup_timeout_s,
+        )  # fmt: skip
         url = f"http://{LOOPBACK}:{p}"
         try:
             wait_healthy(proc, f"{url}/workers", startup_timeout_s, ready=_workers_ready(worker_urls))

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from targets.errors import TargetError
+from targets.fleet.coldstart import format_cold_starts, measure_cold_starts
 from targets.llamacpp.launcher import LlamaServerError, ensure_llama_server, start_llama_servers
 
 __all__ = ["SMOLLM2", "llama_server_command", "resolve_model", "serve_llama_servers"]
@@ -152,12 +153,31 @@ def serve_llama_servers(
 )  # fmt: skip
 @click.option("--ready-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
               help="Seconds all replicas get to answer /health.")  # fmt: skip
+@click.option("--measure-cold-start", "measure_launches", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Launch the replicas N times (launch -> listening -> healthy -> first token), print p50/max, exit.")  # fmt: skip
 def llama_server_command(
-    model, replicas, parallel, ctx, threads, port_base, alias, llama_args, log_dir, ready_timeout
+    model, replicas, parallel, ctx, threads, port_base, alias, llama_args, log_dir, ready_timeout, measure_launches
 ):
     """Start llama-server replicas on 127.0.0.1 and print their URLs; Ctrl-C or SIGTERM stops them."""
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
+    start_args = dict(
+        parallel=parallel, ctx=ctx, threads=threads, port_base=port_base, alias=alias, extra_args=llama_args,
+        log_dir=log_dir, ready_timeout=ready_timeout,
+    )  # fmt: skip
+    if measure_launches:
+        try:
+            binary, model_path = resolve_model(model)
+            rounds = measure_cold_starts(
+                lambda: start_llama_servers(replicas, binary=binary, model_path=model_path, **start_args),
+                lambda fleet: [r.owned for r in fleet],
+                lambda fleet: fleet.stop(),
+                measure_launches,
+            )
+        except TargetError as e:
+            raise ServeError(str(e)) from None
+        print(format_cold_starts(rounds), flush=True)
+        return
     try:
         code = serve_llama_servers(
             model=model, replicas=replicas, echo=lambda line: print(line, flush=True),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from targets.fleet.coldstart import ColdStartWatch
 from targets.fleet.procs import (
     FleetError,
     OwnedProcess,
@@ -261,6 +262,7 @@ def start_llama_servers(
             host=host, extra_args=extra,
         )  # fmt: skip
         owned = spawn(f"llama-server-{index}", argv, log_dir=logs, env=environ)
+        owned.cold_start = ColdStartWatch(owned, role="replica", port=port, timeout_s=ready_timeout)
         return Replica(index=index, host=host, port=port, owned=owned)
 
     deadline = time.monotonic() + ready_timeout

@@ -15,6 +15,7 @@ import sys
 
 import click
 
+from targets.sim.answers import AnswersError, load_answers
 from targets.sim.faults import FaultConfig
 from targets.sim.profile import load_profile, profile_names
 from targets.sim.server import EngineCrashed, SimConfig, SimServer, serve
@@ -69,6 +70,11 @@ def _finite_non_negative(_ctx: click.Context, param: click.Parameter, value: flo
 @click.option("--fault-malformed", type=_PROBABILITY, default=0.0, help="Probability of one non-JSON chunk mid-stream.")
 @click.option("--truth-log", type=click.Path(dir_okay=False), default=None,
               help="Append one JSON line per finished request to this file.")
+@click.option("--answers", "answers_file", type=click.Path(dir_okay=False), default=None,
+              help="JSONL of {prompt, answer} (a quality eval file): reply to a known prompt with its answer.")
+@click.option("--wrong-answers", is_flag=True, help="Reply to every known prompt of --answers wrongly.")
+@click.option("--measure-cold-start", "measure_launches", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Launch a sim N times (launch -> listening -> healthy -> first token), print p50/max, exit.")
 def sim_command(
     port: int,
     host: str,
@@ -84,7 +90,15 @@ def sim_command(
     fault_cut: float,
     fault_malformed: float,
     truth_log: str | None,
+    answers_file: str | None,
+    wrong_answers: bool,
+    measure_launches: int | None,
 ) -> None:
+    if wrong_answers and not answers_file:
+        raise click.UsageError("--wrong-answers needs --answers FILE")
+    if measure_launches:
+        _measure_cold_start(measure_launches, profile_name, time_scale, seed, answers_file)
+        return
     config = SimConfig(
         profile=load_profile(profile_name),
         time_scale=time_scale,
@@ -100,8 +114,45 @@ def sim_command(
             stall_s=stall_s,
         ),
         truth_log=truth_log,
+        answers=_answers(answers_file),
+        wrong_answers=wrong_answers,
     )
     run_sim(config, host, port)
+
+
+def _answers(path: str | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    try:
+        return load_answers(path)
+    except AnswersError as e:
+        raise SimError(str(e)) from None
+
+
+def _measure_cold_start(
+    launches: int, profile: Profile, time_scale: float, seed: int, answers_file: str | None
+) -> None:
+    """Start a sim child process ``launches`` times and print how long each phase took."""
+    from targets.errors import TargetError
+    from targets.fleet import start_fleet  # the fleet imports the sim: not at module level
+    from targets.fleet.coldstart import format_cold_starts, measure_cold_starts
+
+    if profile.name not in profile_names():
+        raise SimError(f"--measure-cold-start needs a shipped profile ({', '.join(profile_names())})")
+    _answers(answers_file)  # a bad file fails once, here, not in every child
+    sim_args = ["--answers", answers_file] if answers_file else []
+
+    def launch():
+        return start_fleet(
+            replicas=1, engine="sim", profile=profile.name, time_scale=time_scale, seed=seed, router="none",
+            sim_args=sim_args,
+        )  # fmt: skip
+
+    try:
+        rounds = measure_cold_starts(launch, lambda f: f.processes(), lambda f: f.stop(), launches)
+    except TargetError as e:
+        raise SimError(str(e)) from None
+    click.echo(format_cold_starts(rounds))
 
 
 def quiet_gc() -> None:

@@ -23,6 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from targets.sim import faults as F
 from targets.sim import info
+from targets.sim.answers import reply_pieces
 from targets.sim.api import BadRequest, parse_request
 from targets.sim.engine import ABORTED, FINISHED, Engine, QueueFull, RequestTooLong, SimSequence
 from targets.sim.metrics import ServerCounters, metric_values, render
@@ -57,6 +58,8 @@ class SimConfig:
     faults: F.FaultConfig = field(default_factory=F.FaultConfig)
     truth_log: str | None = None
     truth_keep: int = 100_000
+    answers: Mapping[str, str] | None = None  # question -> answer (targets.sim.answers)
+    wrong_answers: bool = False  # answer every known question wrongly
 
     def __post_init__(self) -> None:
         if not (self.time_scale >= 0 and math.isfinite(self.time_scale)):
@@ -229,6 +232,7 @@ class SimServer:
             except orjson.JSONDecodeError as e:
                 raise BadRequest(f"the request body is not valid JSON: {e}") from None
             req = parse_request(endpoint, body, self.profile.default_max_tokens)
+            pieces = reply_pieces(self.config.answers, self.config.wrong_answers, endpoint == CHAT, body)
         except BadRequest as e:
             return self._refuse(rec, 400, str(e), "BadRequestError", OUTCOME_BAD_REQUEST)
         rec.stream = req.stream
@@ -248,7 +252,9 @@ class SimServer:
 
         stream = _Stream(req.stream)
         try:
-            seq = self.engine.add(rid, req.prompt_ids, req.max_tokens, self.virtual_now(), handle=stream)
+            # A known question's reply is its answer: as many tokens as it has words, at most.
+            n_tokens = req.max_tokens if pieces is None else min(req.max_tokens, len(pieces))
+            seq = self.engine.add(rid, req.prompt_ids, n_tokens, self.virtual_now(), handle=stream)
         except QueueFull as e:
             self.counters.requests_rejected += 1
             return self._refuse(
@@ -287,6 +293,11 @@ class SimServer:
         tpl = StreamTemplate(endpoint, completion_id, self.created, self.model_name)
         n = seq.max_tokens
         words = seq.words
+        token = tpl.token
+        finish = "length"
+        if pieces is not None:  # a known question: its answer's words instead of filler words
+            words, token = pieces, tpl.text_token
+            finish = "stop" if n == len(pieces) else "length"
         times = rec.t_chunks_ns
         fault = rec.fault if rec.fault in F.MID_STREAM else None
         fault_at = F.fault_token_index(n) if fault else -1

@@ -51,6 +51,10 @@ class StreamTemplate:
         """The chunk carrying one generated word (an index into ``text.WORDS``)."""
         return self.token_prefix + WORD_BYTES[word] + self.token_suffix
 
+    def text_token(self, text: str) -> bytes:
+        """The chunk carrying arbitrary generated ``text`` (a known answer's word), JSON-escaped."""
+        return self.token_prefix + orjson.dumps(text)[1:-1] + self.token_suffix
+
     def role(self) -> bytes:
         """The chat stream's first chunk: the assistant role, no content (vLLM sends it first)."""
         return self._head + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
