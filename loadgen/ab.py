@@ -56,7 +56,8 @@ def run_ab(arms: list[tuple[str, str]], base: RunOptions) -> tuple[int, list[Pat
     worst = 0
     for name, router in arms:
         opts = replace(base, router=router, run_id=f"{stem}-{name}", target_label=name)
-        print(f"\n== arm {name}: {router} x{opts.replicas} ({opts.profile}) ==", file=sys.stderr, flush=True)
+        engine = opts.profile if opts.engine == "sim" else opts.engine
+        print(f"\n== arm {name}: {router} x{opts.replicas} ({engine}) ==", file=sys.stderr, flush=True)
         code = run(opts)
         worst = max(worst, code)
         dirs.append(Path(opts.results) / opts.run_id)
@@ -70,7 +71,8 @@ def load_summary(run_dir: Path) -> dict[str, Any]:
     return orjson.loads(path.read_bytes())
 
 
-def _stat(summary: dict[str, Any], turn_class: str | None, metric: str, stat: str) -> float | None:
+def summary_stat(summary: dict[str, Any], turn_class: str | None, metric: str, stat: str) -> float | None:
+    """One statistic (ms) of a summary.json, for one turn class (None: all turns); None if absent."""
     group = summary if turn_class is None else (summary.get("by_turn_class") or {}).get(turn_class) or {}
     return ((group.get("metrics") or {}).get(metric) or {}).get(stat)
 
@@ -85,7 +87,7 @@ def side_by_side(
     for metric in metrics:
         for tc in ("first", "follow-up", None):
             for stat in AB_STATS:
-                vals = [_stat(s, tc, metric, stat) for s in summaries]
+                vals = [summary_stat(s, tc, metric, stat) for s in summaries]
                 ratios = []
                 for v in vals[1:]:
                     a = vals[0]
@@ -118,7 +120,7 @@ def follow_up_ttft_factors(
     lower; None when either arm has no follow-up turns)."""
     out: dict[str, float | None] = {}
     for stat in stats:
-        a, b = _stat(base, "follow-up", "ttft", stat), _stat(other, "follow-up", "ttft", stat)
+        a, b = summary_stat(base, "follow-up", "ttft", stat), summary_stat(other, "follow-up", "ttft", stat)
         out[stat] = a / b if a and b else None
     return out
 
@@ -129,8 +131,8 @@ def headline(names: list[str], summaries: list[dict[str, Any]]) -> str:
     for name, s in zip(names[1:], summaries[1:], strict=True):
         parts = []
         for stat in ("mean", "p95"):
-            a = _stat(summaries[0], "follow-up", "ttft", stat)
-            b = _stat(s, "follow-up", "ttft", stat)
+            a = summary_stat(summaries[0], "follow-up", "ttft", stat)
+            b = summary_stat(s, "follow-up", "ttft", stat)
             if a and b:
                 factor, word = (a / b, "lower") if b <= a else (b / a, "higher")
                 parts.append(
@@ -152,10 +154,14 @@ def _replica_line(run_dir: Path) -> str | None:
         if name == "router" or "during_run" not in entry:
             continue
         counters = entry.get("counters") or {}
-        served = sum(v for k, v in counters.items() if k.split("{", 1)[0] in REPLICA_REQUEST_COUNTERS)
+        served = [v for k, v in counters.items() if k.split("{", 1)[0] in REPLICA_REQUEST_COUNTERS]
         hit_rate = (entry.get("during_run") or {}).get("prefix_cache_hit_rate")
-        hits = "" if hit_rate is None else f" (prefix-cache hits {hit_rate:.0%})"
-        parts.append(f"{name} {served:.0f} requests{hits}")
+        hits = "" if hit_rate is None else f"prefix-cache hits {hit_rate:.0%}"
+        # llama-server counts tokens, not requests: then only its cache hits are shown.
+        if served:
+            parts.append(f"{name} {sum(served):.0f} requests" + (f" ({hits})" if hits else ""))
+        elif hits:
+            parts.append(f"{name} {hits}")
     return ", ".join(parts) or None
 
 

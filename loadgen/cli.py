@@ -74,6 +74,8 @@ def run_options(f: Callable) -> Callable:
         click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True, help="Embedded engine replicas."),
         click.option("--router", default="none", show_default=True, help="Embedded router: none, sglang:<policy>, vllm:<policy>."),
         click.option("--engine", type=click.Choice(["sim", "llama-server"]), default="sim", show_default=True),
+        click.option("--llama-parallel", type=click.IntRange(min=1), default=1, show_default=True, help="llama-server slots per replica (--engine llama-server)."),
+        click.option("--llama-ctx", type=click.IntRange(min=64), default=2048, show_default=True, help="llama-server KV tokens per replica, shared by its slots."),
         click.option("--html", is_flag=True, help="Also write report.html."),
         click.option("--quality-gate", type=float, default=None, metavar="MIN", help="Before load, run the quality eval; exit 2 if the score (0-1) is below MIN."),
         click.option("--quality-eval", default=None, metavar="FILE", help="Eval set (JSONL) for the quality gate [default: the shipped one]."),
@@ -150,12 +152,21 @@ def worker(master_host: str, master_port: int, processes: int) -> None:
 @main.command()
 @run_options
 @click.option("--arms", required=True, help="NAME=ROUTER,... e.g. rr=sglang:round_robin,ca=sglang:cache_aware")
-def ab(arms: str, **kwargs: Any) -> None:
+@click.option("--predict/--no-predict", default=True, show_default=True, help="With --engine llama-server: also run the arms on sims fitted to the replicas, and compare.")
+def ab(arms: str, predict: bool, **kwargs: Any) -> None:
     """Run the same seeded workload once per arm, each on a fresh fleet, and compare side by side."""
     from loadgen.ab import parse_arms, report_ab, run_ab
 
     parsed = parse_arms(arms)
-    code, dirs = run_ab(parsed, _run_options(kwargs))
+    opts = _run_options(kwargs)
+    if predict and opts.engine == "llama-server":
+        from loadgen.predict import report_prediction, run_ab_with_prediction
+
+        result = run_ab_with_prediction(parsed, opts)
+        click.echo(report_ab([a[0] for a in parsed], result.real))
+        click.echo("\n" + report_prediction([a[0] for a in parsed], result))
+        sys.exit(result.code)
+    code, dirs = run_ab(parsed, opts)
     click.echo(report_ab([a[0] for a in parsed], dirs))
     sys.exit(code)
 
@@ -168,7 +179,7 @@ def demo(quick: bool, results: str, engine: str) -> None:
     """Round-robin vs cache-aware routing on two replicas (simulated laptop ones by default) behind sglang-router."""
     from loadgen.demo import run_demo
 
-    sys.exit(run_demo(quick=quick, results=results))
+    sys.exit(run_demo(quick=quick, results=results, engine=engine))
 
 
 @main.command()

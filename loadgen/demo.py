@@ -28,10 +28,17 @@ What decides the size of the effect (measured; docs/routers.md has the figures):
 
 The follow-up turns that stay on their replica still prefill their new message (a 100-400-token
 tool result takes 16-64 ms), which sets cache_aware's floor of about 40 ms.
+
+``--engine llama-server`` runs the same A/B on two real llama-server replicas (the cached
+SmolLM2-135M, one CPU thread each) with ``demo-agents-cpu``: the same sessions scaled to an engine
+~100x slower (``CPU_CHANGES`` says what differs). Before the arms it fits a sim profile to the
+replicas' measured speed, and after them runs the same arms on two sims with it: the simulator's
+prediction, printed beside the measurement (loadgen/predict.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -47,12 +54,29 @@ QUICK_AGENTS = 4
 EXPECTED_FOLLOW_UP_TTFT_FACTOR = {"mean": 2.5, "p95": 4.0}
 PUBLISHED = "published on two llama.cpp replicas: 110 -> 34 ms at the mean (3.2x), 260 -> 36 ms at p95 (~7x)"
 
+# --engine llama-server: real replicas of the cached SmolLM2-135M on one CPU thread each, which
+# prefill 50-250 tokens/s where the simulated laptop does ~6,000, so every prompt is smaller.
+CPU_WORKLOAD = "demo-agents-cpu"
+CPU_PARALLEL = 4  # slots per replica, as the laptop profile's 4
+CPU_CTX = 4096  # KV tokens per replica: 1,024 per slot hold the longest demo-agents-cpu session
+# The replicas take both cores, so the generator's timers wake tens of ms late; against TTFTs of
+# seconds that is noise, and the lag is still measured and printed.
+CPU_MAX_SCHEDULE_LAG = "200ms"
+CPU_CHANGES = (
+    "vs the sim demo: 2 real llama-server replicas (SmolLM2-135M Q4_1, --parallel 4, --ctx-size 4096, "
+    "one CPU thread each, prompt cache in RAM) instead of 2 simulated laptop-qwen2.5-1.5b-q4 replicas; "
+    "workload demo-agents-cpu instead of demo-agents: opening task 80-140 tokens (1000-2000), product "
+    "prompt 20-30 (200-300), 3-5 turns (4-6), tool results 10-30 (100-400), user messages 5-15 (30-120), "
+    "replies 6-10 tokens (32-64), pauses 5-12 s (0.2-1 s); same agents, sessions, seed and router"
+)
 
-def demo_options(*, quick: bool, results: str) -> RunOptions:
+
+def demo_options(*, quick: bool, results: str, engine: str = "sim") -> RunOptions:
     """One session per agent: all first turns at the start, as in the published experiment.
-    ``quick`` runs half the agents (and sessions) on the same two replicas."""
+    ``quick`` runs half the agents (and sessions) on the same two replicas; ``engine``
+    ``llama-server`` runs real replicas and the smaller ``demo-agents-cpu`` workload."""
     agents = QUICK_AGENTS if quick else DEMO_AGENTS
-    return RunOptions(
+    opts = RunOptions(
         workload="demo-agents",
         seed=7,
         concurrency=agents,
@@ -63,6 +87,12 @@ def demo_options(*, quick: bool, results: str) -> RunOptions:
         time_scale=1.0,
         results=results,
     )
+    if engine == "llama-server":
+        opts = replace(
+            opts, engine=engine, workload=CPU_WORKLOAD, llama_parallel=CPU_PARALLEL, llama_ctx=CPU_CTX,
+            max_schedule_lag=CPU_MAX_SCHEDULE_LAG, request_timeout="180s",
+        )  # fmt: skip
+    return opts
 
 
 def follow_up_factors(dirs: list[Path]) -> dict[str, float | None]:
@@ -82,7 +112,9 @@ def expectation_line(factors: dict[str, float | None]) -> str:
     return f"expected shape: follow-up-turn TTFT lower with cache_aware at {', '.join(got)}: {verdict}\n({PUBLISHED})"
 
 
-def run_demo(*, quick: bool = False, results: str = "results") -> int:
+def run_demo(*, quick: bool = False, results: str = "results", engine: str = "sim") -> int:
+    if engine == "llama-server":
+        return run_llama_demo(quick=quick, results=results)
     arms = parse_arms(DEMO_ARMS)
     opts = demo_options(quick=quick, results=results)
     code, dirs = run_ab(arms, opts)
@@ -95,3 +127,26 @@ def run_demo(*, quick: bool = False, results: str = "results") -> int:
     click.echo(report_ab([a[0] for a in arms], dirs))
     click.echo(expectation_line(follow_up_factors(dirs)))
     return code
+
+
+def run_llama_demo(*, quick: bool, results: str) -> int:
+    """The A/B on two real llama-server replicas, then on two sims fitted to them (the prediction)."""
+    from loadgen.predict import report_prediction, run_ab_with_prediction
+
+    arms = parse_arms(DEMO_ARMS)
+    opts = demo_options(quick=quick, results=results, engine="llama-server")
+    ab = run_ab_with_prediction(arms, opts)
+    names = [a[0] for a in arms]
+    click.echo("")
+    click.echo(
+        f"routing A/B: {opts.concurrency} agents, {opts.num_sessions} sessions of {opts.workload} (seed {opts.seed}), "
+        "2 llama-server replicas behind sglang-router, each arm on a fresh fleet; then the same on 2 sims "
+        "fitted to the replicas"
+    )
+    click.echo(CPU_CHANGES)
+    click.echo("")
+    click.echo(report_ab(names, ab.real))
+    click.echo("")
+    click.echo(report_prediction(names, ab))
+    click.echo(expectation_line(follow_up_factors(ab.real)))
+    return ab.code

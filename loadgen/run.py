@@ -74,6 +74,8 @@ class RunOptions:
     replicas: int = 1
     router: str = "none"
     engine: str = "sim"
+    llama_parallel: int = 1  # llama-server --parallel (slots per replica)
+    llama_ctx: int = 2048  # llama-server --ctx-size (KV tokens per replica, shared by its slots)
     # processes
     workers: int = 1
     web: bool = False

@@ -50,7 +50,7 @@ from targets.fleet.routers import (
     parse_router_spec,
     start_router,
 )
-from targets.sim.profile import profile_names
+from targets.sim.profile import ProfileError, is_profile_file, load_profile_file, profile_names
 
 ENGINES = ("sim", "llama-server")
 _SIM_LISTENING = re.compile(r"loadgen-sim listening on (http://127\.0\.0\.1:\d+)")
@@ -192,6 +192,7 @@ def start_sim_replicas(
     seed: int,
     log_dir: Path,
     startup_timeout_s: float,
+    sim_args: Sequence[str] = (),
 ) -> list[Replica]:
     """Start ``n`` simulated engines on free ports and wait until each is healthy and ours.
 
@@ -221,7 +222,9 @@ def start_sim_replicas(
     return replicas
 
 
-def start_llama_replicas(n: int, *, seed: int, log_dir: Path, startup_timeout_s: float) -> list[Replica]:
+def start_llama_replicas(
+    n: int, *, seed: int, log_dir: Path, startup_timeout_s: float, parallel: int = 1, ctx: int = 2048
+) -> list[Replica]:
     """Start ``n`` llama-server replicas with targets.llamacpp's launcher and take them over.
 
     The binary and model come from its cache (``scripts/llama-server.sh ensure``); nothing is
@@ -238,7 +241,7 @@ def start_llama_replicas(n: int, *, seed: int, log_dir: Path, startup_timeout_s:
     shared_seed = replica_seed(seed, 0)
     servers = launcher.start_llama_servers(
         n, binary=binary, model_path=model, log_dir=log_dir, ready_timeout=startup_timeout_s,
-        extra_args=["--seed", str(shared_seed)],
+        parallel=parallel, ctx=ctx, extra_args=["--seed", str(shared_seed)],
     )  # fmt: skip
     # Their Popen handles become OwnedProcesses: the fleet stops and watches them like the rest.
     replicas = [
@@ -289,6 +292,9 @@ def start_fleet(
     router_args: Sequence[str] = (),
     log_dir: Path | None = None,
     startup_timeout_s: float = 60.0,
+    sim_args: Sequence[str] = (),
+    llama_parallel: int = 1,
+    llama_ctx: int = 2048,
 ) -> Fleet:
     """Start ``replicas`` engines and, in front of them, the router ``router`` names.
 
@@ -306,7 +312,12 @@ def start_fleet(
         raise FleetError(f"--replicas must be a whole number >= 1 (got {replicas!r})")
     if engine not in ENGINES:
         raise FleetError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
-    if engine == "sim" and profile not in (names := profile_names()):
+    if engine == "sim" and is_profile_file(profile):
+        try:
+            load_profile_file(profile)
+        except ProfileError as e:
+            raise FleetError(str(e)) from None
+    elif engine == "sim" and profile not in (names := profile_names()):
         raise FleetError(f"unknown sim profile {profile!r}; choose one of: {', '.join(names)}")
     if not (isinstance(time_scale, int | float) and math.isfinite(time_scale) and time_scale >= 0):
         raise FleetError(
@@ -326,11 +337,12 @@ def start_fleet(
     if engine == "sim":
         started = start_sim_replicas(
             replicas, profile=profile, time_scale=time_scale, seed=seed, log_dir=log_dir,
-            startup_timeout_s=startup_timeout_s,
+            startup_timeout_s=startup_timeout_s, sim_args=sim_args,
         )  # fmt: skip
     else:
         started = start_llama_replicas(
-            replicas, seed=seed, log_dir=log_dir, startup_timeout_s=startup_timeout_s
+            replicas, seed=seed, log_dir=log_dir, startup_timeout_s=startup_timeout_s,
+            parallel=llama_parallel, ctx=llama_ctx,
         )
     fleet = Fleet(replicas=started, router=None, engine=engine, log_dir=log_dir)
     if spec is None:

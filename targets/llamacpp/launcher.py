@@ -120,6 +120,10 @@ def build_argv(
         "--metrics",
         "--slots",
         "--no-webui",
+        # No extra CPU buffer types (weight repacking, AMX): a GGML_NATIVE build for a CPU that
+        # advertises AMX runs tile instructions, which SIGILL where the VM does not enable AMX
+        # state (Firecracker guests do not). SmolLM2's Q4_1 weights are not repacked anyway.
+        "--no-repack",
         *extra_args,
     ]  # fmt: skip
 

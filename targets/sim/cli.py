@@ -17,7 +17,7 @@ import click
 
 from targets.sim.answers import AnswersError, load_answers
 from targets.sim.faults import FaultConfig
-from targets.sim.profile import load_profile, profile_names
+from targets.sim.profile import Profile, ProfileError, profile_names, resolve_profile
 from targets.sim.server import EngineCrashed, SimConfig, SimServer, serve
 
 LISTENING_PREFIX = "loadgen-sim listening on "
@@ -36,6 +36,13 @@ def _finite_non_negative(_ctx: click.Context, param: click.Parameter, value: flo
     return value
 
 
+def _known_profile(_ctx: click.Context, param: click.Parameter, value: str) -> Profile:
+    try:
+        return resolve_profile(value)
+    except ProfileError as e:
+        raise click.BadParameter(str(e), param=param) from None
+
+
 @click.command(
     "sim",
     help="Start a simulated LLM inference engine (OpenAI-compatible, streaming) on 127.0.0.1.",
@@ -46,9 +53,9 @@ def _finite_non_negative(_ctx: click.Context, param: click.Parameter, value: flo
 @click.option(
     "--profile",
     "profile_name",
-    type=click.Choice(profile_names()),
     required=True,
-    help="Hardware/model profile (targets/sim/profiles/NAME.json).",
+    callback=_known_profile,
+    help=f"Hardware/model profile: {', '.join(profile_names())}, or a profile file (.json).",
 )
 @click.option(
     "--time-scale",
@@ -78,7 +85,7 @@ def _finite_non_negative(_ctx: click.Context, param: click.Parameter, value: flo
 def sim_command(
     port: int,
     host: str,
-    profile_name: str,
+    profile_name: Profile,
     time_scale: float,
     seed: int,
     model_name: str | None,
@@ -100,7 +107,7 @@ def sim_command(
         _measure_cold_start(measure_launches, profile_name, time_scale, seed, answers_file)
         return
     config = SimConfig(
-        profile=load_profile(profile_name),
+        profile=profile_name,
         time_scale=time_scale,
         seed=seed,
         model_name=model_name,

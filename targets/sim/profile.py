@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 from importlib import resources
+from pathlib import Path
 
 import orjson
 
@@ -101,6 +102,31 @@ def profile_names() -> list[str]:
     """Names of the profiles shipped with the package, sorted."""
     folder = resources.files("targets.sim") / "profiles"
     return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def is_profile_file(spec: str) -> bool:
+    """True when ``spec`` names a profile file (``path/to/x.json``) rather than a shipped profile."""
+    return spec.endswith(".json")
+
+
+def load_profile_file(path: str | Path) -> Profile:
+    """A profile written to a file (e.g. one calibrated against a real engine, see calibration.py)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ProfileError(f"profile file {path}: {e.strerror or e}") from None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise ProfileError(f"profile file {path}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile file {path}: expected a JSON object")
+    return profile_from_dict(data, source=str(path))
+
+
+def resolve_profile(spec: str) -> Profile:
+    """A shipped profile by name, or a profile file when ``spec`` ends in ``.json``."""
+    return load_profile_file(spec) if is_profile_file(spec) else load_profile(spec)
 
 
 def load_profile(name: str) -> Profile:
