@@ -96,6 +96,9 @@ def format_summary(summary: dict[str, Any] | str | Path) -> str:
     gen = summary["generator"]
     state = "SATURATED" if gen["saturated"] else "ok"
     cpu = f"  |  cpu p99 {gen['cpu_percent_p99']:g}%" if gen.get("cpu_percent_p99") is not None else ""
+    for key, name in (("loop_lag_ms", "loop lag"), ("recv_delay_ms", "recv delay")):
+        if (gen.get(key) or {}).get("p99") is not None:
+            cpu += f"  |  {name} p99 {fmt_ms(gen[key]['p99'])} ms"
     out.append(
         f"generator   schedule lag p99 {fmt_ms(gen['schedule_lag_p99_ms'])} ms (bound {gen['saturation_bound_ms']:g} ms): {state}{cpu}"
     )

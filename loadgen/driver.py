@@ -128,7 +128,9 @@ class Driver:
         on_record: Callable[[RequestRecord], None],
         api_key: str | None,
         skip_before_s: float | None = None,
+        recv_delays: list[int] | None = None,
     ) -> None:
+        """``recv_delays``: where streams append their receive delays (``loadgen.health``)."""
         self.plan = plan
         self.worker_id = worker_id
         self.workload = workload

@@ -14,13 +14,24 @@ are clamped, because hdrh silently drops them. Which values a request contribute
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from analysis.hlog import clamp_us, new_histogram
-from analysis.records import RequestRecord, histogram_tag, metric_values, parse_histogram_tag
+from analysis.hlog import new_histogram
+from analysis.records import (
+    HIST_HIGHEST_US,
+    HIST_LOWEST_US,
+    RequestRecord,
+    histogram_tag,
+    metric_values,
+    parse_histogram_tag,
+    tag_label,
+)
 
 
 @dataclass
@@ -39,46 +50,176 @@ class Delta:
 
 
 class Recorder:
-    """Worker-side recorder. ``record_request`` is the only call on the request path."""
+    """Worker-side recorder. ``record_request`` is the only call on the request path.
+
+    It appends: a request's values wait in plain lists per histogram tag and are recorded in bulk
+    (``histogram_of``: every bucket once, with its count) when a list reaches ``FOLD_VALUES`` and
+    at ``take``. Per-value ``record_value`` calls (~2-3 µs each, two per streamed chunk) were the
+    worker's largest cost per chunk; folding in slices of a few thousand values keeps each pause
+    of the event loop under a millisecond.
+    """
+
+    FOLD_VALUES = 4096
 
     def __init__(self) -> None:
         self._delta: dict[str, HdrHistogram] = {}
+        self._pending: dict[str, list[int]] = {}
+        # (turn class, tenant, target) -> {metric: (tag, that tag's pending list)}: no tag per value.
+        self._by_labels: dict[tuple[str, str, str], dict[str, tuple[str, list[int]]]] = {}
         self._records: list[RequestRecord] = []
+        # One histogram per tag, reset and refilled for every delta: a new one per tag and report
+        # would be a reference cycle (hdrh's histogram and its encoder), freed only by the cyclic
+        # GC, and the worker's RSS grew by its 180 KiB count arrays until a rare collection.
+        self._wire: dict[str, HdrHistogram] = {}
 
     def record(self, metric: str, value_us: int, turn_class: str, tenant: str, target: str) -> None:
-        tag = histogram_tag(metric, turn_class, tenant, target)
-        h = self._delta.get(tag)
-        if h is None:
-            h = self._delta[tag] = new_histogram()
-        h.record_value(clamp_us(value_us))
+        tag, values = self._slot(metric, (turn_class, tenant, target))
+        values.append(value_us)
+        if len(values) >= self.FOLD_VALUES:
+            self._fold(tag, values)
+
+    def _slot(self, metric: str, labels: tuple[str, str, str]) -> tuple[str, list[int]]:
+        per_metric = self._by_labels.get(labels)
+        if per_metric is None:
+            per_metric = self._by_labels[labels] = {}
+        slot = per_metric.get(metric)
+        if slot is None:
+            tag = histogram_tag(metric, *labels)
+            slot = per_metric[metric] = (tag, self._pending.setdefault(tag, []))
+        return slot
+
+    def _fold(self, tag: str, values: list[int]) -> None:
+        h = histogram_of(values)
+        values.clear()
+        if tag in self._delta:
+            self._delta[tag].add(h)
+        else:
+            self._delta[tag] = h
 
     def record_request(self, rec: RequestRecord) -> None:
-        hists = self._delta
-        prefix_labels = (rec.turn_class, rec.tenant, rec.target)
+        labels = (rec.turn_class, rec.tenant, rec.target)
+        last_metric, tag, values = None, "", []
         for metric, value in metric_values(rec):
-            tag = histogram_tag(metric, *prefix_labels)
-            h = hists.get(tag)
-            if h is None:
-                h = hists[tag] = new_histogram()
-            h.record_value(clamp_us(value))
+            if metric != last_metric:
+                if len(values) >= self.FOLD_VALUES:
+                    self._fold(tag, values)
+                tag, values = self._slot(metric, labels)
+                last_metric = metric
+            values.append(value)
+        if len(values) >= self.FOLD_VALUES:
+            self._fold(tag, values)
         self._records.append(rec)
 
     def take_delta(self) -> Delta:
         """Encode and clear everything recorded since the last call (for the wire)."""
-        hists, records = self.take()
-        return Delta(histograms={tag: h.encode() for tag, h in hists.items()}, records=[r.to_dict() for r in records])
+        pending, self._pending, self._by_labels = self._pending, {}, {}
+        encoded = {}
+        for tag, values in pending.items():
+            if values:
+                h = self._wire.get(tag)
+                if h is None:
+                    h = self._wire[tag] = new_histogram()
+                else:
+                    clear(h)
+                encoded[tag] = record_all(h, values).encode()
+        records, self._records = self._records, []
+        return Delta(histograms=encoded, records=[r.to_dict() for r in records])
 
     def take(self) -> tuple[dict[str, HdrHistogram], list[RequestRecord]]:
         """Hand over and clear everything recorded since the last call (same process, no encoding)."""
+        for tag, values in self._pending.items():
+            if values:
+                self._fold(tag, values)
         hists = {tag: h for tag, h in self._delta.items() if h.get_total_count()}
-        # New histograms rather than reset(): reset walks the whole counts array (~0.8 ms each).
-        self._delta = {}
+        self._delta, self._pending, self._by_labels = {}, {}, {}
         records, self._records = self._records, []
         return hists, records
 
     def reset(self) -> None:
-        self._delta = {}
+        self._delta, self._pending, self._by_labels = {}, {}, {}
         self._records = []
+
+
+def histogram_of(values: list[int] | np.ndarray) -> HdrHistogram:
+    """A new histogram holding ``values`` (µs; clamped to the range, as ``clamp_us`` does).
+
+    The same counts, total, min and max as recording each value, for a fraction of the cost:
+    values are grouped by the histogram bucket they fall in (hdrh's index arithmetic, vectorised),
+    and each bucket is recorded once, with its count, through one of its own values (its least;
+    the overall largest value is recorded apart, so the max stays exact).
+    """
+    return record_all(new_histogram(), values)
+
+
+def clear(h: HdrHistogram) -> None:
+    """What hdrh's ``reset()`` does, without its Python loop over every bucket (23,552 at
+    1 µs..1 h: 1.6 ms, where zeroing the counts array at once takes 0.02 ms)."""
+    ctypes.memset(h.counts, 0, ctypes.sizeof(h.counts))
+    h.total_count = 0
+    h.min_value = sys.maxsize
+    h.max_value = 0
+    h.start_time_stamp_msec = sys.maxsize
+    h.end_time_stamp_msec = 0
+
+
+def record_all(h: HdrHistogram, values: list[int] | np.ndarray) -> HdrHistogram:
+    """Record ``values`` into ``h`` (a new or reset histogram) as ``histogram_of`` does; returns ``h``."""
+    arr = np.asarray(values)
+    if not arr.size:
+        return h
+    if arr.dtype.kind == "f":
+        arr = np.rint(arr)  # round half to even, as clamp_us's round()
+    arr = np.sort(np.clip(arr.astype(np.int64), HIST_LOWEST_US, HIST_HIGHEST_US))
+    # hdrh's _counts_index_for: bit_length via frexp is exact below 2**53 (the range ends at 3.6e9).
+    bits = np.frexp((arr | h.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
+    bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
+    sub_bucket = arr >> (bucket + h.unit_magnitude)
+    index = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub_bucket - h.sub_bucket_half_count
+    _, first, counts = np.unique(index, return_index=True, return_counts=True)
+    counts[-1] -= 1
+    record = h.record_value
+    for v, n in zip(arr[first].tolist(), counts.tolist(), strict=True):
+        if n:
+            record(v, n)
+    record(int(arr[-1]))
+    return h
+
+
+def metric_sums(rec: RequestRecord) -> list[tuple[str, int]]:
+    """Per metric, the sum of the values ``metric_values(rec)`` yields (the same recording rule).
+
+    Summed here rather than by iterating ``metric_values``: a request's ITL gaps are hundreds of
+    values, and ``sum`` over the list costs ~1 µs where the generator costs ~100 µs.
+    """
+    out = [("schedule_lag", rec.schedule_lag_us)]
+    if not rec.ok:
+        return out
+    if rec.t_first_us is not None:
+        out.append(("ttft", rec.t_first_us - rec.t_send_us))
+        out.append(("ttft_sched", rec.t_first_us - rec.t_sched_us))
+    if rec.t_end_us is not None:
+        out.append(("e2e", rec.t_end_us - rec.t_send_us))
+    tpot = rec.tpot_us
+    if tpot is not None:
+        out.append(("tpot", round(tpot)))
+    if rec.itl_us:
+        out.append(("itl", sum(rec.itl_us)))
+    if rec.chunks:
+        out.append(("tokens_per_chunk", rec.chunks if rec.chunk_tokens is None else sum(rec.chunk_tokens)))
+    return out
+
+
+@dataclass
+class LabelTotals:
+    """Counters of one (turn class, tenant, target), for exporters that break totals down by label."""
+
+    ok: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # failed requests by category
+    output_tokens: int = 0
+    input_tokens: int = 0
+    # Exact sum of each metric's values (µs): a histogram knows counts per range, not sums.
+    sums_us: dict[str, int] = field(default_factory=dict)
 
 
 class MetricsAggregate:
@@ -95,6 +236,9 @@ class MetricsAggregate:
         self.slo_met = 0
         self.slo_total = 0
         self._last_by_metric: dict[str, HdrHistogram] = {}
+        # Keyed by labels as they appear in histogram tags, so totals join their histograms.
+        self.by_labels: dict[tuple[str, str, str], LabelTotals] = {}
+        self._tag_labels: dict[tuple[str, str, str], tuple[str, str, str]] = {}
 
     def merge(self, delta: Delta) -> list[RequestRecord]:
         """Merge a worker's encoded delta (decode_and_add: exact)."""
@@ -126,7 +270,28 @@ class MetricsAggregate:
             if self._meets is not None:
                 self.slo_total += 1
                 self.slo_met += bool(r.ok and self._meets(r))
+            self._count_by_labels(r)
         return records
+
+    def _count_by_labels(self, r: RequestRecord) -> None:
+        raw = (r.turn_class, r.tenant, r.target)
+        key = self._tag_labels.get(raw)
+        if key is None:
+            key = self._tag_labels[raw] = (tag_label(r.turn_class), tag_label(r.tenant), tag_label(r.target))
+        totals = self.by_labels.get(key)
+        if totals is None:
+            totals = self.by_labels[key] = LabelTotals()
+        if r.ok:
+            totals.ok += 1
+        else:
+            totals.failed += 1
+            if r.error_category:
+                totals.errors[r.error_category] = totals.errors.get(r.error_category, 0) + 1
+        totals.output_tokens += r.output_tokens
+        totals.input_tokens += r.prompt_tokens or 0
+        sums = totals.sums_us
+        for metric, value in metric_sums(r):
+            sums[metric] = sums.get(metric, 0) + value
 
     def take_interval(self) -> dict[str, HdrHistogram]:
         """The interval histograms since the last call (per tag), and start a new interval."""
@@ -161,3 +326,4 @@ class MetricsAggregate:
         self.errors = {}
         self.output_tokens = self.prompt_tokens = 0
         self.slo_met = self.slo_total = 0
+        self.by_labels = {}

@@ -17,6 +17,8 @@ The wire format (server-sent events, one JSON chunk per ``data:`` line, ``data: 
 
 from __future__ import annotations
 
+import orjson
+
 from workloads.tokenizer import render_chat
 
 from .base import (
@@ -189,9 +191,22 @@ class _ChatStream(_OpenAIStream):
     __slots__ = ()
 
     def parse_line(self, line: bytes) -> StreamEvent | None:
-        obj = self._load(line)
-        if type(obj) is not dict:
-            return obj
+        # Fast path for the line nearly every chunk is, ``data: {...}``: one JSON parse and no
+        # generic SSE handling (~40% of this method's cost, run once per streamed chunk). Any
+        # other line, or one that is not valid JSON, takes the general path and its messages.
+        obj = None
+        if line.startswith(b"data: {"):
+            try:
+                obj = orjson.loads(line[6:])
+            except orjson.JSONDecodeError:
+                obj = None
+            else:
+                if ("error" in obj or obj.get("object") == "error") and (err := error_event(obj)) is not None:
+                    return err
+        if obj is None:
+            obj = self._load(line)
+            if type(obj) is not dict:
+                return obj
         text = ""
         generated = False
         choices = obj.get("choices")

@@ -110,3 +110,55 @@ def test_live_slo_attainment_counts_errors_as_misses() -> None:
     expected = sum(1 for rec in recs if rec.ok and rec.ttft_us < 200_000)
     assert agg.slo_total == 40
     assert agg.slo_met == expected
+
+
+def test_bulk_recording_gives_the_same_histogram_as_recording_each_value() -> None:
+    from analysis.hlog import clamp_us, new_histogram
+    from loadgen.metrics import histogram_of
+
+    rng = random.Random(11)
+    values = [rng.choice([rng.randint(1, 50), rng.randint(9_000, 11_000), rng.randint(0, 10**10)]) for _ in range(5000)]
+    values += [0, -5, 10**13, 2.5, 3.5, 1_000_000.49, 2047, 2048, 2049, 4095, 4096, 4097]
+    # Whole lists, a single value, and values sharing one bucket (its max must stay exact).
+    for case in (values, [7], [10_000, 10_001, 10_003, 10_002], [3_600_000_000] * 3):
+        one_by_one = new_histogram()
+        for v in case:
+            one_by_one.record_value(clamp_us(v))
+        bulk = histogram_of(case)
+        assert list(bulk.counts) == list(one_by_one.counts)
+        assert (bulk.get_total_count(), bulk.get_min_value(), bulk.get_max_value()) == (
+            one_by_one.get_total_count(),
+            one_by_one.get_min_value(),
+            one_by_one.get_max_value(),
+        )
+
+
+def test_folding_in_slices_gives_the_same_histograms_as_one_fold() -> None:
+    rng = random.Random(12)
+    recs = [_record(i, rng) for i in range(50)]
+    whole, sliced = Recorder(), Recorder()
+    sliced.FOLD_VALUES = 7  # fold every few values, mid-request included
+    for rec in recs:
+        whole.record_request(rec)
+        sliced.record_request(rec)
+    a, _ = whole.take()
+    b, _ = sliced.take()
+    assert set(a) == set(b)
+    for tag in a:
+        assert list(a[tag].counts) == list(b[tag].counts), tag
+        assert (a[tag].get_min_value(), a[tag].get_max_value()) == (b[tag].get_min_value(), b[tag].get_max_value())
+
+
+def test_each_delta_encodes_only_its_own_values_though_the_histograms_are_reused() -> None:
+    from loadgen.metrics import histogram_of
+
+    r, rng = Recorder(), random.Random(7)
+    for batch in range(3):  # a tag seen in every delta reuses one histogram, cleared in between
+        values = [rng.randint(1, 10**8) for _ in range(200 + batch)]
+        for v in values:
+            r.record("ttft", v, "first", "t", "x")
+        encoded = r.take_delta().histograms[histogram_tag("ttft", "first", "t", "x")]
+        assert encoded == histogram_of(values).encode()
+        h = new_histogram()
+        h.decode_and_add(encoded)
+        assert (h.get_total_count(), h.get_max_value()) == (len(values), histogram_of(values).get_max_value())

@@ -1,0 +1,44 @@
+"""The generator's own saturation signals: exact merge over workers, and the summary's decision."""
+
+from __future__ import annotations
+
+from analysis.summary import _generator
+from loadgen.health import GeneratorHealth, summarize
+from loadgen.metrics import histogram_of
+
+
+def _state(loop_lag_us: list[int], recv_delay_ns: list[int]) -> dict:
+    h = GeneratorHealth()
+    h.loop_lag = histogram_of(loop_lag_us)
+    h.recv_delays_ns.extend(recv_delay_ns)
+    return {"health": h.state()}
+
+
+def test_workers_histograms_merge_exactly_and_the_client_keeps_its_list() -> None:
+    h = GeneratorHealth()
+    sink = h.recv_delays_ns
+    sink.extend([2_000_000, 4_000_000])
+    h.state()
+    assert h.recv_delays_ns is sink and sink == []  # streams hold this very list
+    out = summarize({"a": _state([100] * 98 + [50_000, 60_000], [1_000_000] * 10), "b": _state([200] * 100, [])})
+    assert out["loop_lag_ms"]["count"] == 200
+    assert 60.0 <= out["loop_lag_ms"]["max"] < 60.04  # hdrh's max: its bucket's top, 32 µs wide at 60 ms
+    assert out["recv_delay_ms"] == {"count": 10, "p50": 1.0, "p99": 1.0, "max": 1.0}
+    assert summarize({"c": {}}) == {"loop_lag_ms": None, "recv_delay_ms": None}
+
+
+def test_each_signal_over_its_bound_flags_saturation_and_is_named() -> None:
+    lag_ok = {"p99": 2.0}
+    quiet = {"generator": {"loop_lag_ms": {"p99": 3.0}, "recv_delay_ms": {"p99": 4.0}}}
+    assert _generator(quiet, lag_ok, 10.0, 20.0)["saturated_by"] == []
+    busy_loop = {"generator": {"loop_lag_ms": {"p99": 30.0}, "recv_delay_ms": None}}
+    gen = _generator(busy_loop, lag_ok, 10.0, 20.0)
+    assert gen["saturated"] and gen["saturated_by"] == ["event-loop-lag p99 30.0 ms"]
+    # A chunk read late keeps its kernel stamp: a receive delay under the streams' typical gap
+    # costs no accuracy, one over it does.
+    late_reads = {"generator": {"recv_delay_ms": {"p99": 16.0}}}
+    assert not _generator(late_reads, lag_ok, 10.0, 23.0)["saturated"]
+    gen = _generator(late_reads, lag_ok, 10.0, 12.0)
+    assert gen["saturated_by"] == ["receive-delay p99 16.0 ms (over ITL p50 12 ms)"]
+    assert _generator(late_reads, lag_ok, 10.0, 0.001)["saturated_by"] == ["receive-delay p99 16.0 ms"]
+    assert _generator({}, {"p99": 11.0}, 10.0)["saturated_by"] == ["schedule-lag p99 11.0 ms"]
