@@ -61,7 +61,14 @@ def test_throughput_counts_what_finished_in_the_window(tiny):
 
 
 def test_errors_by_category(tiny):
-    assert tiny["errors"] == {"total": 1, "rate": 0.2, "by_category": {"http_429": 1}}
+    assert tiny["errors"] == {
+        "total": 1,
+        "rate": 0.2,
+        "by_category": {"http_429": 1},
+        "server_faults": 1,  # a 429 is the server refusing load, not a bad request
+        "client_errors": 0,
+        "throttled_retries": 0,
+    }
 
 
 def test_attainment_counts_errors_as_misses_and_goodput(tiny):
