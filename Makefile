@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint bench clean llama-server browser
+.PHONY: setup demo test test-fast lint bench soak clean llama-server browser
 
 setup: $(STAMP)
 
@@ -39,7 +39,11 @@ lint: setup
 	$(BIN)/ruff check .
 
 bench: setup
-	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in bench/*.py; do [ $$f = bench/soak.py ] && continue; [ $$f = bench/sse_server.py ] && continue; echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# 30 minutes at a steady rate: memory, file descriptors and lost records (docs/soak.md)
+soak: setup
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .ruff_cache *.egg-info

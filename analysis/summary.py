@@ -24,6 +24,7 @@ from hdrh.histogram import HdrHistogram
 from analysis import hdr, hlog
 from analysis.prompt_check import prompt_tokens_check
 from analysis.records import (
+    CLIENT_ERROR_CATEGORIES,
     ERROR_CATEGORIES,
     METRICS,
     SCHEMA_VERSION,
@@ -128,7 +129,9 @@ def summarize_results(
     }
     total_cost = _sum_costs(targets)
     out.update(ctx.group(lambda r: True, lambda tc, tn, tg: True, total_cost))
-    out["generator"] = _generator(info, out["metrics"]["schedule_lag"], saturation_lag_ms)
+    out["generator"] = _generator(
+        info, out["metrics"]["schedule_lag"], saturation_lag_ms, (out["metrics"].get("itl") or {}).get("p50")
+    )
     out["generator_saturated"] = out["generator"]["saturated"]
     exact = (info.get("tokenizer") or {}).get("kind") == "huggingface"
     out["output_tokens_source"] = {
@@ -340,6 +343,7 @@ def _errors(measured: list[RequestRecord]) -> dict[str, Any]:
             by[cat] = by.get(cat, 0) + 1
     order = {c: i for i, c in enumerate(ERROR_CATEGORIES)}
     total = sum(by.values())
+    client = sum(n for c, n in by.items() if c in CLIENT_ERROR_CATEGORIES)
     return {
         "total": total,
         "rate": _r(total / len(measured), 6) if measured else None,
@@ -366,7 +370,9 @@ def _cost(
     }
 
 
-def _generator(info: dict[str, Any], lag: dict[str, Any], bound_ms: float | None) -> dict[str, Any]:
+def _generator(
+    info: dict[str, Any], lag: dict[str, Any], bound_ms: float | None, itl_p50_ms: float | None = None
+) -> dict[str, Any]:
     if bound_ms is None:
         us = info.get("max_schedule_lag_us")
         bound_ms = us / 1000.0 if us else DEFAULT_SATURATION_LAG_MS

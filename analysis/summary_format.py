@@ -90,6 +90,7 @@ def format_summary(summary: dict[str, Any] | str | Path) -> str:
     if summary.get("ttft_split"):
         out.append("")
         out.extend(_ttft_split_lines(summary["ttft_split"]))
+    out.extend(_dag_lines(summary))
     out.append("")
     out.extend(_slo_lines(summary))
     out.extend(_cost_lines(summary))
@@ -266,6 +267,12 @@ def summary_to_csv(summary: dict[str, Any] | str | Path) -> str:
         w.writerows(_distribution_rows("sessions", "", {k: sessions[k] for k in ("task_time", "agent_overhead")}))
         w.writerow(["sessions", "", "agent_overhead_share", "value", _cell(sessions["agent_overhead_share"]), "fraction"])
     return buf.getvalue()
+
+
+def _distribution_rows(scope: str, group: str, metrics: dict[str, Any]) -> Iterator[list[Any]]:
+    for m, d in metrics.items():
+        for stat in ("count", "min", "mean", "max", *(k for k in d if k.startswith("p"))):
+            yield [scope, group, m, stat, _cell(d.get(stat)), "count" if stat == "count" else d["unit"]]
 
 
 def _ttft_split_rows(group: str, g: dict[str, Any]) -> Iterator[list[Any]]:

@@ -356,7 +356,7 @@ def workload_export(
         write_sessions_jsonl(wl, seed, n, output, include_text=not counts_only)
     except WorkloadError as e:
         raise UserError(str(e)) from None
-    click.echo(f"wrote {num_sessions} sessions to {output}")
+    click.echo(f"wrote {n} sessions to {output}")
 
 
 def _mount_optional_commands() -> None:

@@ -150,6 +150,9 @@ def validate(opts: RunOptions) -> None:
             raise UserError(str(e)) from None
     if opts.workers < 1:
         raise UserError(f"--workers {opts.workers}: must be at least 1")
+    from loadgen.results import check_writable
+
+    check_writable(opts.results)
     if opts.prometheus_port:
         from loadgen.metrics_endpoint import check_bindable
 
@@ -398,7 +401,10 @@ def run(opts: RunOptions) -> int:
             os.unlink(info_path)
         run_dir = Path(opts.results) / opts.run_id
         if run_dir.is_dir():
-            server_metrics.write(run_dir, metrics_urls, before, server_metrics.snapshot(metrics_urls))
+            try:
+                server_metrics.write(run_dir, metrics_urls, before, server_metrics.snapshot(metrics_urls))
+            except OSError:
+                pass  # a full or read-only disk: the run already stopped on it, and its verdict stays the last line
     if opts.html and (run_dir / "run.json").exists():
         from analysis.report import write_report
 

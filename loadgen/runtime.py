@@ -28,19 +28,21 @@ from typing import Any
 
 import gevent
 from gevent.event import Event
-from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
+from locust.runners import STATE_MISSING, STATE_RUNNING, MasterRunner, WorkerRunner
 
 from analysis.records import RUN_ABORTED, RUN_COMPLETE, RequestRecord
 from analysis.slo import parse_slos
 from loadgen.config import Plan, RunConfig
 from loadgen.driver import Driver
 from loadgen.errors import UserError
+from loadgen.health import SHIP_INTERVAL_S, GeneratorHealth
+from loadgen.health import summarize as summarize_health
 from loadgen.metrics import Delta, MetricsAggregate, Recorder
 from loadgen.options import config_from_options
 from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
-from loadgen.verdict import Verdict, decide_verdict
+from loadgen.verdict import EXIT_GENERATOR_SATURATED, Verdict, decide_verdict
 from loadgen.worker_env import load_plan_workload, quiet_gc
 
 log = logging.getLogger("loadgen")
@@ -52,6 +54,9 @@ MSG_DONE = "loadgen_done"
 
 START_LEAD_LOCAL_S = 0.2
 START_LEAD_DISTRIBUTED_S = 1.0
+# The most a master waits for its workers to connect, or to handle Locust's spawn message, before
+# it goes on regardless (Locust's own wait, and the drain barrier, handle a worker that never does).
+SPAWN_WAIT_S = 5.0
 # A worker taking over a lost slot sends the slot's arrivals from this long after the takeover:
 # its plan reaches it first, so none of them is sent late (late ones would count as schedule lag).
 TAKEOVER_LEAD_S = 0.5
@@ -70,6 +75,7 @@ class LoadgenRuntime:
         # worker side
         self.recorder = Recorder()
         self.driver: Driver | None = None
+        self.health: GeneratorHealth | None = None  # the worker's event-loop lag and receive delays
         self.plan: Plan | None = None
         self._done_sent = False
         # collector side (master/local)
@@ -118,6 +124,8 @@ class LoadgenRuntime:
             from loadgen.metrics_endpoint import install_endpoint
 
             self.endpoint = install_endpoint(self.env, self)
+        if self.role == "master" and self._headless():
+            self._await_workers()
         if self.role == "master":
             ev.worker_report.add_listener(self._on_worker_report)
             ev.worker_connect.add_listener(self._on_worker_connect)
@@ -128,9 +136,49 @@ class LoadgenRuntime:
             ev.test_stop.add_listener(self._on_worker_test_stop)
             runner.register_message(MSG_PLAN, self._on_plan)
             runner.register_message(MSG_DRAIN, self._on_drain, concurrent=True)
+            from loadgen.master_watch import install_master_watch
+
+            install_master_watch(self.env, self._on_master_lost)
+            # A worker forked by --processes inherits the master's --json-file: only the master
+            # writes in the results directory (a worker's table would overwrite the master's).
+            if getattr(self.env.parsed_options, "json_file", None):
+                self.env.parsed_options.json_file = None
 
     # ================================================================ master / local
     def _on_test_start(self, environment: Any, **_: Any) -> None:
+        if self.role == "master":
+            gevent.spawn(self._begin_after_spawn, environment)
+        else:
+            self._begin_run(environment)
+
+    def _begin_after_spawn(self, environment: Any) -> None:
+        """Start the run once every worker has handled Locust's spawn message.
+
+        Locust sends it right after ``test_start``, and a worker spends ~0.3-0.7 s of CPU on it
+        (it rebuilds its argument parser once per option). A plan that arrived first would see its
+        first arrivals late by that much: schedule lag the generator did not owe to the load.
+        """
+        deadline = time.monotonic() + SPAWN_WAIT_S
+        while time.monotonic() < deadline:
+            nodes = [c for c in self.env.runner.clients.values() if c.state != STATE_MISSING]
+            if nodes and all(c.state == STATE_RUNNING for c in nodes):
+                break
+            gevent.sleep(0.005)
+        self._begin_run(environment)
+
+    def _await_workers(self) -> None:
+        """Headless master: wait (briefly) here, in ``init``, for the expected workers.
+
+        Locust's headless start checks for them once and then sleeps a whole second before it
+        looks again; forked workers connect within tens of milliseconds, so finding them on its
+        first look saves most of that second on every run.
+        """
+        expected = int(getattr(self.env.parsed_options, "expect_workers", 1) or 1)
+        deadline = time.monotonic() + SPAWN_WAIT_S
+        while len(self.env.runner.clients.ready) < expected and time.monotonic() < deadline:
+            gevent.sleep(0.005)
+
+    def _begin_run(self, environment: Any) -> None:
         try:
             cfg = config_from_options(environment.parsed_options)
             if self.config is not None and self.config.run_id == cfg.run_id:
@@ -139,6 +187,8 @@ class LoadgenRuntime:
             self._start_run(cfg)
         except UserError as e:
             self._fatal(str(e.message), 2)
+        except OSError as e:  # the results directory, checked before load but changed since
+            self._fatal(f"--results {environment.parsed_options.results}: cannot write there ({e.strerror or e})", 2)
 
     def _start_run(self, cfg: RunConfig) -> None:
         from loadgen.run_workload import config_workload
@@ -178,6 +228,10 @@ class LoadgenRuntime:
             self._greenlets.append(gevent.spawn(self._stop_after, cfg.duration_s))
         if self.role == "master":
             self._greenlets.append(gevent.spawn(self._watch_workers))
+            from loadgen.master_gc import collect_periodically, freeze_startup_heap
+
+            freeze_startup_heap()
+            self._greenlets.append(gevent.spawn(collect_periodically))
 
     def _workers_all_local(self) -> bool:
         """Whether every connected worker runs on this host (Locust ids are ``hostname_uuid``):
@@ -201,6 +255,10 @@ class LoadgenRuntime:
         self._cpu_at_plan = time.process_time()
         self._wall_at_plan = time.monotonic()
         quiet_gc()
+        if self.health is not None:
+            self.health.stop()
+        self.health = GeneratorHealth()
+        self.health.start()
         self.driver = Driver(
             plan,
             worker_id=worker_id,
@@ -208,6 +266,7 @@ class LoadgenRuntime:
             on_record=self._on_record,
             api_key=api_key,
             skip_before_s=skip_before_s,
+            recv_delays=self.health.recv_delays_ns,
         )
         self.driver.start()
         if self.role == "local":
@@ -265,6 +324,7 @@ class LoadgenRuntime:
         while True:
             gevent.sleep(self.config.report_interval_s)
             self._collect()
+            self._stop_if_unwritable()
             if self.live_view is not None:
                 self.live_view.record_history_point()
             if self.progress is not None:
@@ -287,6 +347,18 @@ class LoadgenRuntime:
         if self.writer is not None and records:
             self.writer.append_records(records)
             self.writer.flush_records()  # on disk now: a kill of the master loses nothing received
+            self._stop_if_unwritable()
+
+    def _stop_if_unwritable(self) -> None:
+        """Results that can no longer be written (disk full, read-only) stop the run: load that
+        nobody records is wasted on the target. What reached the disk stays readable."""
+        failed = self.writer.failed if self.writer is not None else None
+        if failed is None or self._abort_reason == failed:
+            return
+        self._abort_reason = failed
+        log.error("%s; stopping the run", failed)
+        print(f"Error: {failed}; stopping the run", file=sys.stderr, flush=True)
+        self._request_stop()
 
     def _in_flight_summary(self) -> tuple[int, int, int]:
         """(sessions started, sessions in flight, requests in flight) over all workers."""
@@ -295,7 +367,7 @@ class LoadgenRuntime:
             return (d.sessions_started, len(d.in_flight.sessions), d.in_flight.requests) if d else (0, 0, 0)
         started = sum(s.get("started", 0) for s in self.worker_state.values())
         # A lost worker's last state is not in flight any more: it is lost (run.json names it).
-        alive = [s for wid, s in self.worker_state.items() if wid not in self.lost]
+        alive = [s for wid, s in self.worker_state.items() if not self._out_of_run(wid)]
         sessions = sum(len(s.get("sessions", ())) for s in alive)
         requests = sum(s.get("requests", 0) for s in alive)
         return started, sessions, requests
@@ -307,8 +379,38 @@ class LoadgenRuntime:
             return
         if payload.get("run_id") != (self.config.run_id if self.config else None):
             return
+        if self._out_of_run(client_id) and not self._readmit(client_id, payload):
+            return
         self._merge(Delta.from_wire(payload))
         self.worker_state[client_id] = payload.get("state", {})
+
+    def _out_of_run(self, wid: str) -> bool:
+        """Lost and not back: its slot's remaining work is not expected from it."""
+        return wid in self.lost and "returned_at_s" not in self.lost[wid]
+
+    def _readmit(self, wid: str, payload: dict[str, Any]) -> bool:
+        """A lost worker reports again (it was frozen, or its network came back): merge it or not.
+
+        Its records are its own sessions', each shipped once, so merging them counts nothing
+        twice, and it goes on with its slot. Unless another worker took the slot over, or the run
+        stops on a loss: then two workers would send the slot's sessions, so its reports are
+        rejected (counted in run.json) and it is told to stop.
+        """
+        info = self.lost[wid]
+        if info.get("replaced_by") or (self.config is not None and self.config.on_worker_loss == "abort"):
+            rejected = len(payload.get("r") or [])
+            if rejected or "late_records_rejected" not in info:
+                info["late_records_rejected"] = info.get("late_records_rejected", 0) + rejected
+                self._write_lost()
+            if not info.get("told_to_stop") and self.config is not None:
+                info["told_to_stop"] = True
+                self.env.runner.send_message(MSG_DRAIN, {"deadline_s": 0, "run_id": self.config.run_id}, wid)
+            return False
+        info["returned_at_s"] = round(time.time() - self.t0_unix_s, 3)
+        info["pid"] = info.get("pid") or (payload.get("state") or {}).get("pid")  # lost before its first report
+        log.warning("lost worker %s (slot %s) reports again; its records are merged", wid, info["slot"])
+        self._write_lost()
+        return True
 
     def _on_final(self, environment: Any, msg: Any, **_: Any) -> None:
         self._on_worker_report(msg.node_id, {"loadgen": msg.data})
@@ -334,7 +436,7 @@ class LoadgenRuntime:
             self._request_stop()
 
     def _expected_finals(self) -> set[str]:
-        return {w for w in self.slots if w not in self.lost}
+        return {w for w in self.slots if not self._out_of_run(w)}
 
     def _on_worker_connect(self, client_id: str, **_: Any) -> None:
         """A worker joining during a run takes over a lost slot, or stands by for one.
@@ -391,10 +493,10 @@ class LoadgenRuntime:
     def _check_workers(self) -> None:
         """Mark slot holders Locust found missing (3 missed heartbeats) or dropped as lost."""
         for wid, node in list(self.env.runner.clients.items()):
-            if wid in self.slots and node.state == STATE_MISSING and wid not in self.lost:
+            if wid in self.slots and node.state == STATE_MISSING and not self._out_of_run(wid):
                 self._mark_lost(wid)
         for wid in list(self.slots):
-            if wid not in self.env.runner.clients and wid not in self.lost and wid not in self.finals:
+            if wid not in self.env.runner.clients and not self._out_of_run(wid) and wid not in self.finals:
                 self._mark_lost(wid)
 
     def _mark_lost(self, wid: str) -> None:
@@ -494,8 +596,19 @@ class LoadgenRuntime:
         )
         if self.progress is not None:
             self.progress.finish()
-        run_dir, self.writer = self.writer.dir, None
-        self.verdict = decide_verdict(run_dir, self.config, self.env)
+        failed, run_dir, self.writer = self.writer.failed, self.writer.dir, None
+        if failed is not None:
+            # No summary: it could not be written either. The records on disk are the run. Nor
+            # Locust's own table (--json-file, written at exit): it would end in a traceback.
+            if getattr(self.env.parsed_options, "json_file", None):
+                self.env.parsed_options.json_file = None
+            self.verdict = Verdict(
+                EXIT_GENERATOR_SATURATED,
+                f"generator failed: {failed}; what was written is readable with 'loadgen report {run_dir}' "
+                "once there is room",
+            )
+        else:
+            self.verdict = decide_verdict(run_dir, self.config, self.env)
         if self.endpoint is not None:
             try:
                 self.endpoint.run_ended(run_dir)
@@ -510,10 +623,10 @@ class LoadgenRuntime:
     def _generator_cpu(self) -> dict[str, Any]:
         """Each worker's CPU seconds and share of one core over its part of the run."""
         if self.role == "local":
-            states = {"local": self._worker_payload()["state"]} if self.driver else {}
+            states = {"local": self._worker_payload(final=True)["state"]} if self.driver else {}
         else:
             states = self.worker_state
-        return generator_cpu(states)
+        return {**generator_cpu(states), **summarize_health(states)}
 
     def _cancelled_counts(self) -> dict[str, int]:
         if self.role == "local":
@@ -572,7 +685,7 @@ class LoadgenRuntime:
         except Exception as e:
             log.error("worker cannot run the plan: %s", e)
 
-    def _worker_payload(self) -> dict[str, Any]:
+    def _worker_payload(self, final: bool = False) -> dict[str, Any]:
         d = self.driver
         delta = self.recorder.take_delta().to_wire()
         delta["run_id"] = self.plan.config.run_id if self.plan else None
@@ -586,6 +699,7 @@ class LoadgenRuntime:
             # The generator's own CPU, so a saturated client is never mistaken for a slow server.
             "cpu_s": round(time.process_time() - self._cpu_at_plan, 4),
             "wall_s": round(time.monotonic() - self._wall_at_plan, 4),
+            "health": (self.health.state(max_age_s=0.0 if final else SHIP_INTERVAL_S) if self.health else {}),
         }
         return delta
 
@@ -598,13 +712,28 @@ class LoadgenRuntime:
             return
         if self.driver is not None:
             self.driver.drain(float(msg.data.get("deadline_s", 30.0)))
-        self.env.runner.send_message(MSG_FINAL, self._worker_payload())
+        self.env.runner.send_message(MSG_FINAL, self._worker_payload(final=True))
 
     def _worker_done_watch(self, driver: Driver) -> None:
         driver.done.wait()
         if driver is self.driver and not driver.stopping and not self._done_sent:
             self._done_sent = True
-            self.env.runner.send_message(MSG_DONE, self._worker_payload())
+            self.env.runner.send_message(MSG_DONE, self._worker_payload(final=True))
+
+    def _on_master_lost(self, silent_s: float) -> None:
+        if self.driver is None or self.driver.done.is_set():
+            # No load to stop: the master may be busy ending the run (its summary of a long run
+            # takes seconds); an idle worker whose master is gone is ended by Locust's own timeout.
+            log.warning("no heartbeat from the master for %.0f s", silent_s)
+            return
+        # Nobody records what this worker sends any more: stop the load now, and exit.
+        message = f"master lost: no heartbeat for {silent_s:.0f} s; this worker stopped its load and exits"
+        log.error("%s", message)
+        print(f"Error: {message}", file=sys.stderr, flush=True)
+        if self.driver is not None and not self.driver.done.is_set():
+            self.driver.drain(0)
+        self.env.process_exit_code = EXIT_GENERATOR_SATURATED
+        gevent.spawn(self.env.runner.quit)
 
     def _on_worker_test_stop(self, environment: Any, **_: Any) -> None:
         # The master's drain barrier normally ran first; this covers a stop without one.

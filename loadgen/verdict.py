@@ -1,9 +1,10 @@
 """The run's verdict and exit code, decided after the final reports (DESIGN §5).
 
 Exit codes (headless): 0 pass; 1 request failures (Locust's convention); 3 a percentile SLO was
-missed; 4 the generator itself failed: it was saturated (schedule-lag p99 over
-``--max-schedule-lag``), which makes every other number untrustworthy, so it wins, or it lost a
-worker under ``--on-worker-loss abort``, or lost every worker; 2 is a usage error, decided earlier.
+missed; 4 the generator itself failed: it was saturated (schedule-lag, event-loop-lag or
+receive-delay p99 over ``--max-schedule-lag``; loadgen/health.py), which makes every other
+number untrustworthy, so it wins, or it lost a worker under ``--on-worker-loss abort``, or lost
+every worker; 2 is a usage error, decided earlier.
 
 A worker lost under ``--on-worker-loss continue`` does not change the code (the user chose to go
 on without it), but the verdict line names the lost slots, since their last requests are missing.
@@ -44,8 +45,11 @@ def verdict_from_summary(summary: dict[str, Any], slos: list[str], run_info: dic
     """Pure decision from a summary.json dict (and run.json's, for lost workers); see the module docstring."""
     info = run_info or {}
     lost = info.get("lost_workers") or []
+    # A lost worker that reported again and kept its slot had its late reports merged.
+    gone = [w for w in lost if "returned_at_s" not in w]
+    back = [w for w in lost if "returned_at_s" in w]
     slot_holders = {w.get("id") for w in info.get("workers") or []}
-    if lost and slot_holders and slot_holders <= {w.get("worker") for w in lost}:
+    if gone and slot_holders and slot_holders <= {w.get("worker") for w in gone}:
         return Verdict(
             EXIT_GENERATOR_SATURATED,
             f"generator failed: every worker was lost (slot {_slots(lost)}); the figures cover only part of the run",
@@ -57,8 +61,10 @@ def verdict_from_summary(summary: dict[str, Any], slos: list[str], run_info: dic
             "its figures cover only part of the run",
         )
     verdict = _verdict(summary, slos)
-    if lost:
-        verdict.reason += f"; {_lost_text(lost)}, whose unreported requests are missing"
+    if gone:
+        verdict.reason += f"; {_lost_text(gone)}, whose unreported requests are missing"
+    if back:
+        verdict.reason += f"; {_lost_text(back)} and back, whose late reports were merged"
     return verdict
 
 
@@ -75,10 +81,11 @@ def _verdict(summary: dict[str, Any], slos: list[str]) -> Verdict:
 
     gen = summary.get("generator") or {}
     if gen.get("saturated"):
+        signals = ", ".join(gen.get("saturated_by") or []) or f"schedule-lag p99 {gen.get('schedule_lag_p99_ms')} ms"
         return Verdict(
             EXIT_GENERATOR_SATURATED,
-            f"generator saturated: schedule-lag p99 {gen.get('schedule_lag_p99_ms')} ms > "
-            f"{gen.get('saturation_bound_ms')} ms; add workers (--workers N) or lower the rate",
+            f"generator saturated: {signals} > {gen.get('saturation_bound_ms')} ms; "
+            "add workers (--workers N) or lower the rate",
         )
     checks = evaluate_percentile_slos(summary, slos) if slos else []
     missed = [f"{slo} (observed {_ms(obs)})" for slo, obs, ok in checks if not ok]

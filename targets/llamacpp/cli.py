@@ -180,10 +180,8 @@ def llama_server_command(
         return
     try:
         code = serve_llama_servers(
-            model=model, replicas=replicas, echo=lambda line: print(line, flush=True),
-            parallel=parallel, ctx=ctx, threads=threads, port_base=port_base, alias=alias,
-            extra_args=llama_args, log_dir=log_dir, ready_timeout=ready_timeout,
-        )  # fmt: skip
+            model=model, replicas=replicas, echo=lambda line: print(line, flush=True), **start_args
+        )
     except TargetError as e:
         raise ServeError(str(e)) from None
     sys.exit(code)

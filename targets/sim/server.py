@@ -15,6 +15,7 @@ import math
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -267,8 +268,10 @@ class SimServer:
         prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
         try:
             if req.stream:
-                return await self._stream(request, rec, seq, stream, endpoint, prefix + rid, req.include_usage)
-            return await self._respond(request, rec, seq, stream, endpoint, prefix + rid)
+                return await self._stream(
+                    request, rec, seq, stream, endpoint, prefix + rid, req.include_usage, pieces
+                )
+            return await self._respond(request, rec, seq, stream, endpoint, prefix + rid, pieces)
         finally:
             if seq.state not in (FINISHED, ABORTED):  # cancelled: the server is shutting down
                 self.engine.abort(seq)
@@ -287,6 +290,7 @@ class SimServer:
         endpoint: str,
         completion_id: str,
         include_usage: bool,
+        pieces: list[str] | None = None,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, REQUEST_ID_HEADER: rec.request_id})
         await resp.prepare(request)
@@ -303,7 +307,6 @@ class SimServer:
         fault_at = F.fault_token_index(n) if fault else -1
         loop = asyncio.get_running_loop()
         perf_ns = time.perf_counter_ns
-        token = tpl.token
         sent = 0
         rec.status = 200
         while sent < n:
@@ -336,7 +339,7 @@ class SimServer:
                 parts.insert(0, tpl.role())
             last = avail == n
             if last:
-                parts.append(tpl.finish())
+                parts.append(tpl.finish(finish))
                 if include_usage:
                     parts.append(tpl.usage(rec.prompt_tokens, n, seq.cached_tokens))
                 parts.append(DONE)
@@ -373,6 +376,7 @@ class SimServer:
         stream: _Stream,
         endpoint: str,
         completion_id: str,
+        pieces: list[str] | None = None,
     ) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         n = seq.max_tokens
@@ -392,7 +396,7 @@ class SimServer:
         if rec.fault == F.MALFORMED:
             body = b'{"id":"' + completion_id.encode() + b'","choices":[{"index":0,"message":'
         else:
-            text = "".join(" " + WORDS[w] for w in seq.words)
+            text = "".join(pieces[:n]) if pieces is not None else "".join(" " + WORDS[w] for w in seq.words)
             body = full_response(
                 endpoint, completion_id, self.created, self.model_name, text, rec.prompt_tokens, n, seq.cached_tokens
             )

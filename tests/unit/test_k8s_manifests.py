@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis.units import parse_duration_s
+
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate", reason="pip install kubernetes-validate (part of the dev extra)"
 )

@@ -85,3 +85,11 @@ def test_a_run_that_lost_every_worker_exits_4() -> None:
     assert v.reason.startswith("generator failed: every worker was lost (slot 0, 1, 1); ")
     # A slot taken over by a worker that is still there is not a lost run.
     assert verdict_from_summary(summary(), [], {**info, "lost_workers": lost[:2]}).exit_code == EXIT_OK
+
+
+def test_a_lost_worker_that_came_back_is_named_as_back_and_is_not_a_lost_run() -> None:
+    workers = [{"id": "w0", "slot": 0}]
+    back = {"worker": "w0", "slot": 0, "lost_at_s": 4.8, "returned_at_s": 4.9}
+    v = verdict_from_summary(summary(), [], {"config": {}, "workers": workers, "lost_workers": [back]})
+    assert v.exit_code == EXIT_OK
+    assert v.line.endswith("no failures; 1 worker lost (slot 0) and back, whose late reports were merged")
