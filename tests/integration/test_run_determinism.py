@@ -70,6 +70,9 @@ def _run_and_capture(tmp_path, server: RecordingServer, name: str) -> list[dict]
     r = loadgen(
         "run", "--target", server.url, "--workload", "tiny", "--num-sessions", "12", "--rate", "20",
         "--seed", "11", "--results", str(tmp_path / name),
+        # What is sent is checked here, not when: with 31 requests the lag p99 is the single worst
+        # one, and one timer hiccup on a busy machine must not fail a check about prompts.
+        "--max-schedule-lag", "1s",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     return [orjson.loads(b) for b in server.bodies if b"Say hello." not in b]  # drop the preflight
