@@ -255,13 +255,15 @@ def sweep(**kwargs: Any) -> None:
 @click.option("--adapter", default="openai-chat", show_default=True, help="API flavour (loadgen.targets entry points).")
 @click.option("--api-key-env", default=None, help="Environment variable that holds the API key.")
 @click.option("--min-score", type=float, default=None, metavar="MIN", help="Exit 2 when the score (0-1) is below MIN.")
+@click.option("--ca-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificates to trust for an https:// target.")
+@click.option("--insecure", is_flag=True, help="https:// without certificate checks.")
 def quality(target: str, model: str | None, eval_file: str | None, adapter: str, api_key_env: str | None,
-            min_score: float | None) -> None:  # fmt: skip
+            min_score: float | None, ca_cert: str | None, insecure: bool) -> None:  # fmt: skip
     """Ask the target a small exact-match eval (greedy) and print each answer and the score."""
     from loadgen.quality import run_quality_command
 
-    sys.exit(run_quality_command(target, model=model, eval_file=eval_file, adapter=adapter,
-                                 api_key_env=api_key_env, min_score=min_score))  # fmt: skip
+    sys.exit(run_quality_command(target, model=model, eval_file=eval_file, adapter=adapter, api_key_env=api_key_env,
+                                 min_score=min_score, ca_cert=ca_cert, insecure=insecure))  # fmt: skip
 
 
 @main.command()

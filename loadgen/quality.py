@@ -123,6 +123,7 @@ def evaluate(
     eval_name: str = "default",
     min_score: float | None = None,
     session_header: str = "X-Session-ID",
+    ssl_context: Any = None,
 ) -> QualityResult:
     """Ask ``url`` every item, one at a time; never raises for a server failure (it is data)."""
     from targets.adapters.base import ChatRequest
@@ -140,7 +141,7 @@ def evaluate(
             session_header=session_header,
             ignore_eos=False,  # stop where the model stops: the answer, not max_tokens of filler
         )
-        shot = send_one(url, ad, req, api_key=api_key, timeout_s=REQUEST_TIMEOUT_S)
+        shot = send_one(url, ad, req, api_key=api_key, timeout_s=REQUEST_TIMEOUT_S, ssl_context=ssl_context)
         answer = None if shot.error and not shot.text else shot.text.strip()
         ok = shot.error is None and answer is not None and is_correct(item, answer)
         result.items.append(ItemResult(item.id, item.prompt, item.answer, answer, ok, shot.error))
@@ -201,13 +202,14 @@ def check_gate(
     model: str | None,
     api_key_env: str | None,
     session_header: str | None = None,
+    ssl_context: Any = None,
 ) -> QualityResult:
     """Evaluate ``url`` before load (``loadgen run``); the caller refuses the run unless ``passed``."""
     items = load_eval_set(eval_file)
     api_key = os.environ.get(api_key_env) if api_key_env else None
     return evaluate(
         url, items, adapter=adapter, model=model, api_key=api_key, eval_name=eval_label(eval_file),
-        min_score=min_score, session_header=session_header or "X-Session-ID",
+        min_score=min_score, session_header=session_header or "X-Session-ID", ssl_context=ssl_context,
     )  # fmt: skip
 
 
@@ -219,6 +221,8 @@ def run_quality_command(
     adapter: str,
     api_key_env: str | None,
     min_score: float | None,
+    ca_cert: str | None = None,
+    insecure: bool = False,
 ) -> int:
     """``loadgen quality``: preflight, evaluate, print; 2 when below ``--min-score``."""
     from targets.errors import TargetError
@@ -233,19 +237,31 @@ def run_quality_command(
     ad, _ = _greedy_adapter(adapter)
     api_key = os.environ.get(api_key_env) if api_key_env else None
     url = target.rstrip("/")
+    tls = _tls(ca_cert, insecure) if url.startswith("https:") else None
     try:
-        preflight(url, ad, model=model, api_key=api_key, timeout_s=10.0)
+        preflight(url, ad, model=model, api_key=api_key, timeout_s=10.0, ssl_context=tls)
     except TargetError as e:
         raise UserError(str(e)) from None
     result = evaluate(
         url, items, adapter=adapter, model=model, api_key=api_key, eval_name=eval_label(eval_file),
-        min_score=min_score,
+        min_score=min_score, ssl_context=tls,
     )  # fmt: skip
     print(format_quality(result, url))
     if result.passed is False:
         print(f"Error: {gate_message(result, url).replace('--quality-gate', '--min-score')}", file=sys.stderr)
         return 2
     return 0
+
+
+def _tls(ca_cert: str | None, insecure: bool) -> Any:
+    """The https trust of ``--ca-cert``/``--insecure``, as the run's preflight and client use it."""
+    from targets.errors import TargetError
+    from targets.tls import tls_context
+
+    try:
+        return tls_context(ca_cert, insecure)
+    except TargetError as e:
+        raise UserError(str(e)) from None
 
 
 def validate_gate(min_score: float | None, eval_file: str | None) -> None:
@@ -257,9 +273,10 @@ def validate_gate(min_score: float | None, eval_file: str | None) -> None:
 def gate_before_load(opts: RunOptions, url: str, info: dict[str, Any]) -> None:
     """Evaluate the run's target; keep the result in ``info`` (run.json's target) and refuse a
     run below ``--quality-gate``: its ``run.json`` says why, and the error names the wrong items."""
+    tls = _tls(opts.ca_cert, opts.insecure) if url.startswith("https:") else None
     result = check_gate(
         url, min_score=opts.quality_gate, eval_file=opts.quality_eval, adapter=opts.adapter, model=opts.model,
-        api_key_env=opts.api_key_env, session_header=opts.session_header,
+        api_key_env=opts.api_key_env, session_header=opts.session_header, ssl_context=tls,
     )  # fmt: skip
     info["quality"] = result.as_dict()
     if result.passed is False:

@@ -9,6 +9,7 @@ probe of a cold start), where the streaming client's clock and Locust are not ne
 from __future__ import annotations
 
 import http.client
+import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -42,16 +43,21 @@ def send_one(
     *,
     api_key: str | None = None,
     timeout_s: float = 30.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> OneShot:
-    """Send ``req`` to ``base_url`` with ``adapter`` and read the whole reply within ``timeout_s``."""
+    """Send ``req`` to ``base_url`` with ``adapter`` and read the whole reply within ``timeout_s``
+    (``ssl_context``: an https target's trust, from ``targets.tls``)."""
     u = urllib.parse.urlsplit(base_url)
     prepared = adapter.build_request(req)
     path = u.path.rstrip("/") + prepared.path
     headers = {**prepared.headers, **adapter.auth_headers(api_key)}
-    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
     out = OneShot()
     deadline = time.monotonic() + timeout_s
-    conn = conn_cls(u.hostname or "127.0.0.1", u.port, timeout=timeout_s)
+    host = u.hostname or "127.0.0.1"
+    if u.scheme == "https":
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, u.port, timeout=timeout_s, context=ssl_context)
+    else:
+        conn = http.client.HTTPConnection(host, u.port, timeout=timeout_s)
     try:
         out.t_sent = time.monotonic()
         conn.request(prepared.method, path, body=prepared.body, headers=headers)

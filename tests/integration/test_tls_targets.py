@@ -94,3 +94,16 @@ def test_tls_options_are_checked(tmp_path, tls_server):
     bad.write_text("not a certificate\n")
     with pytest.raises(TargetError, match="not a PEM certificate file"):
         tls_context(str(bad))
+
+
+def test_the_quality_eval_honours_the_ca_cert(tls_server):
+    from loadgen.evalset import load_eval_set
+    from loadgen.quality import evaluate
+
+    base, cert = tls_server
+    items = load_eval_set(None)[:2]
+    trusted = evaluate(f"{base}/ok", items, ssl_context=tls_context(cert))
+    # The server streams t0 t1 ... to every question: answered (wrongly), never an error.
+    assert all(i.answer.startswith("t0 t1 t2") and i.error is None for i in trusted.items)
+    untrusted = evaluate(f"{base}/ok", items)
+    assert all(i.answer is None and "certificate verify failed" in (i.error or "") for i in untrusted.items)
