@@ -123,6 +123,8 @@ def config_from_options(options: Any) -> RunConfig:
                 "or a session file with arrival_s)"
             )
         arrival = "trace" if has_ts else "poisson"
+    elif arrival == "auto":
+        arrival = "trace"  # --trace FILE given: its timestamps are the arrivals
     if arrival == "trace" and trace:
         if not Path(trace).is_file():
             raise UserError(f"--trace {trace}: no such file")

@@ -68,3 +68,19 @@ def test_plan_round_trips_over_the_wire() -> None:
     plan = Plan(cfg, 3, 1, 1234.5)
     again = Plan.from_wire(plan.to_wire())
     assert again == plan
+
+
+def test_auto_arrivals_follow_a_trace_file_or_the_workloads_timestamps(tmp_path):
+    from pathlib import Path
+
+    trace = tmp_path / "times.txt"
+    trace.write_text("0\n0.5\n2\n")
+    mooncake = Path(__file__).resolve().parent.parent / "fixtures" / "datasets" / "mooncake.jsonl"
+    cases = [
+        (("--host", "http://h", "--trace", str(trace)), "trace"),
+        (("--host", "http://h", "--workload", str(mooncake)), "trace"),
+        (("--host", "http://h", "--workload", str(mooncake), "--arrival", "poisson"), "poisson"),
+        (("--host", "http://h"), "poisson"),
+    ]
+    for args, want in cases:
+        assert config_from_options(_parse(*args)).arrival == want, args
