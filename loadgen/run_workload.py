@@ -7,6 +7,7 @@ master), and such a worker reads the same path on its own disk.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -81,13 +82,41 @@ def load_workload_named(
     tokenizer: str | None = None,
     tokenizer_json: str | None = None,
 ) -> Any:
-    """``workloads.load_workload`` with a one-line ``UserError`` naming the flag."""
+    """``workloads.load_workload`` with a one-line ``UserError`` naming the flag.
+
+    The master reads the workload three times at start (options, validation, run.json): a large
+    dataset is parsed once per process and file version, keyed by path, size and mtime.
+    """
+    return _load_once(
+        workload, fmt, tuple(sorted((options or {}).items())), tokenizer, tokenizer_json,
+        _stamp(workload), _stamp(tokenizer) if tokenizer else None,
+    )  # fmt: skip
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=4)
+def _load_once(
+    workload: str,
+    fmt: str | None,
+    options: tuple[tuple[str, str], ...],
+    tokenizer: str | None,
+    tokenizer_json: str | None,
+    _workload_stamp: tuple[int, int] | None,
+    _tokenizer_stamp: tuple[int, int] | None,
+) -> Any:
     from workloads import load_workload
     from workloads.errors import WorkloadError
 
     tok = load_tokenizer(tokenizer, tokenizer_json)
     try:
-        return load_workload(workload, fmt=fmt, options=options, tokenizer=tok)
+        return load_workload(workload, fmt=fmt, options=dict(options), tokenizer=tok)
     except WorkloadError as e:
         raise UserError(f"--workload: {e}") from None
 
