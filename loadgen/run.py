@@ -336,7 +336,7 @@ def preflight(opts: RunOptions, url: str, replica_urls: list[str] | None = None)
 
 def process_args(opts: RunOptions) -> list[str]:
     """Locust flags for the process layout: local, local workers, or a distributed master."""
-    argv = ["--loglevel", "WARNING", "--only-summary"]
+    argv = ["--loglevel", os.environ.get("LOADGEN_LOGLEVEL", "WARNING"), "--only-summary"]
     # Locust's own request table, saved rather than printed (Locust adds the .json suffix).
     argv += ["--json-file", str(Path(opts.results) / (opts.run_id or "run") / "locust-stats")]
     if opts.master:

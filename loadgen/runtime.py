@@ -37,6 +37,7 @@ from loadgen.driver import Driver
 from loadgen.errors import UserError
 from loadgen.health import SHIP_INTERVAL_S, GeneratorHealth
 from loadgen.health import summarize as summarize_health
+from loadgen.master_quit import install_prompt_quit
 from loadgen.metrics import Delta, MetricsAggregate, Recorder
 from loadgen.options import config_from_options
 from loadgen.progress import ProgressLine
@@ -127,6 +128,7 @@ class LoadgenRuntime:
         if self.role == "master" and self._headless():
             self._await_workers()
         if self.role == "master":
+            install_prompt_quit(runner)
             ev.worker_report.add_listener(self._on_worker_report)
             ev.worker_connect.add_listener(self._on_worker_connect)
             runner.register_message(MSG_FINAL, self._on_final)
