@@ -1,0 +1,135 @@
+"""The floor under loadgen's worker: what a bare gevent loop costs per streamed chunk.
+
+One greenlet per stream, as in a loadgen worker, against ``bench/sse_server.py`` (tokens
+``--pace`` apart, 100 per request, the next request as soon as a reply ends), with nothing else:
+no HTTP parser, no records, no sessions. Two floors, measured one after the other in one run:
+
+* ``read``: ``recvmsg`` with the kernel's receive stamp (as loadgen reads), counting ``data:``
+  lines: the cost of being woken for a chunk and taking it off the socket;
+* ``read + json``: the same, plus ``orjson.loads`` of every ``data: {`` line: the least any
+  client that looks inside each chunk pays.
+
+Chunks per CPU-second of this process (``time.process_time`` over the window; the server is pinned
+to core 0 and this process to core 1 when there are two or more). Put next to
+``bench/generator_capacity.py``'s ``/worker-CPU-s`` at the same point, the difference is what
+loadgen does per chunk on top (HTTP de-chunking, SSE lines, the adapter's checks, timestamps per
+token, records); docs/performance.md has both.
+
+    .venv/bin/python bench/gevent_floor.py                # 500 streams, tokens 10 ms apart
+    .venv/bin/python bench/gevent_floor.py -c 100 -c 500 --pace 10
+
+Prints figures; it is not a test. Everything binds 127.0.0.1 and is stopped at the end.
+"""
+
+from __future__ import annotations
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gevent  # noqa: E402
+import orjson  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TOKENS = 100
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_ANC = socket.CMSG_SPACE(16)
+_END = b"0\r\n\r\n"
+
+
+def _request(port: int) -> bytes:
+    body = orjson.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}],
+                         "max_tokens": TOKENS, "stream": True})  # fmt: skip
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class Floor:
+    def __init__(self, port: int, parse: bool) -> None:
+        self.port = port
+        self.parse = parse
+        self.chunks = 0
+
+    def stream_forever(self) -> None:
+        req = _request(self.port)
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        loads = orjson.loads
+        while True:
+            sock.sendall(req)
+            tail = b""
+            while True:
+                data, _anc, _flags, _addr = sock.recvmsg(65536, _ANC)
+                if not data:
+                    return
+                if self.parse:
+                    for line in data.split(b"\n"):
+                        if line.startswith(b"data: {"):
+                            loads(line[6:])
+                self.chunks += data.count(b"data: ")
+                tail = (tail + data)[-len(_END) :]
+                if tail == _END:
+                    break
+
+
+def measure(port: int, streams: int, parse: bool, warmup_s: float, window_s: float) -> dict:
+    floor = Floor(port, parse)
+    greenlets = [gevent.spawn(floor.stream_forever) for _ in range(streams)]
+    try:
+        gevent.sleep(warmup_s)
+        c0, t0, w0 = floor.chunks, time.process_time(), time.monotonic()
+        gevent.sleep(window_s)
+        c1, t1, w1 = floor.chunks, time.process_time(), time.monotonic()
+    finally:
+        gevent.killall(greenlets, block=True, timeout=5)
+    cpu = t1 - t0
+    return {"chunks_per_s": (c1 - c0) / (w1 - w0), "chunks_per_cpu_s": (c1 - c0) / cpu if cpu else 0.0,
+            "cpu_share": cpu / (w1 - w0)}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("-c", "--streams", type=int, action="append", help="concurrent streams (repeatable; default 500)")
+    ap.add_argument("--pace", type=float, default=10.0, help="ms between tokens (0: back to back)")
+    ap.add_argument("-d", "--duration", type=float, default=4.0, help="measurement window per point, s")
+    ap.add_argument("-w", "--warmup", type=float, default=2.0, help="before each window, s")
+    args = ap.parse_args()
+    pin = (os.cpu_count() or 1) > 1
+    cmd = [sys.executable, str(REPO / "bench" / "sse_server.py"), "--port", "0", "--interval-ms", str(args.pace)]
+    if pin:
+        cmd += ["--cpu", "0"]
+        os.sched_setaffinity(0, {1})
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline() if server.stdout else ""
+        if not line.startswith("READY "):
+            raise SystemExit(f"bench server did not start: {line!r}")
+        port = int(line.split()[1])
+        load = os.getloadavg()[0]
+        print(f"bare gevent client vs bench/sse_server.py, tokens {args.pace:g} ms apart, {TOKENS} per request; "
+              f"{args.duration:g} s windows; load average {load:.1f} on {os.cpu_count()} cores")  # fmt: skip
+        print(f"{'streams':>7}  {'floor':<12} {'chunks/s':>9} {'/CPU-s':>9} {'us/chunk':>8} {'CPU':>5}")
+        for streams in args.streams or [500]:
+            for name, parse in (("read", False), ("read + json", True)):
+                r = measure(port, streams, parse, args.warmup, args.duration)
+                per = 1e6 / r["chunks_per_cpu_s"] if r["chunks_per_cpu_s"] else float("nan")
+                print(f"{streams:>7}  {name:<12} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>9,.0f} "
+                      f"{per:>8.1f} {r['cpu_share']:>5.0%}", flush=True)  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+if __name__ == "__main__":
+    main()
