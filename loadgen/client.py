@@ -58,6 +58,7 @@ A ``SessionConnection`` is used by one greenlet at a time (one session's turns a
 from __future__ import annotations
 
 import email.utils
+import functools
 import ipaddress
 import select
 import socket
@@ -785,15 +786,23 @@ class SessionConnection:
         )
 
 
+@functools.lru_cache(maxsize=64)
+def _literal_family(host: str) -> int | None:
+    """The address family of an IP literal; None for a name (parsed once per host, not per connect)."""
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return None
+
+
 def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
     """A TCP connection; an IP literal is connected directly, without a name lookup.
 
     gevent resolves names in a thread pool, even ``127.0.0.1``: with many sessions starting at
     once on a busy machine that queue alone made first requests leave milliseconds late.
     """
-    try:
-        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    except ValueError:
+    family = _literal_family(host)
+    if family is None:
         return gsocket.create_connection((host, port), timeout=timeout_s)
     sock = gsocket.socket(family, socket.SOCK_STREAM)
     try:
