@@ -2,7 +2,8 @@
 
 Modules: ``messages`` (what a chat request says), ``assembly`` (requests into sessions, pure),
 ``reply`` (a reply's output length, read on the side), ``redact`` (same-shape filler),
-``writer`` (the crash-safe session file), ``proxy`` (the aiohttp server), ``service`` (flags,
+``writer`` (the crash-safe session file), ``proxy`` (the aiohttp server), ``upstream`` (its
+kept-alive connections to the server, relaying a reply piece by piece), ``service`` (flags,
 serving, periodic writes). docs/workloads.md "Capturing live traffic" is the user's guide.
 """
 

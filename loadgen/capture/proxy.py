@@ -6,6 +6,12 @@ come back as the upstream sent them, each chunk written to the client as soon as
 read on the side by a ``ReplyMeter``. ``POST`` bodies of ``/v1/chat/completions`` and
 ``/v1/completions`` also go to the ``SessionAssembler``.
 
+aiohttp serves the client and writes the reply's head; the body's pieces go from the upstream
+connection's read callback (``upstream.py``) straight to the client's transport, framed here, so
+a streamed token costs one socket read, one socket write and the meter's line scan, with no
+coroutine step. A client slower than the upstream pauses the upstream's reading until it catches
+up; one that reads nothing for the read timeout is cut.
+
 Failures: an upstream that cannot be reached gets the client a 502 with an OpenAI-style error
 body; an upstream error reply (any non-2xx) is passed through as it is; an upstream that breaks
 off mid-reply has the client connection cut too, so the client sees a cut, not a clean end. A
@@ -19,14 +25,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-import aiohttp
 import orjson
 from aiohttp import web
-from multidict import CIMultiDict
+from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from loadgen.capture.assembly import CHAT, COMPLETIONS, PendingTurn, SessionAssembler
 from loadgen.capture.reply import ReplyMeter
+from loadgen.capture.upstream import UpstreamError, UpstreamPool, UpstreamReply
 
 # RFC 9110 7.6.1 connection-specific fields, plus the framing ones each hop sets for itself.
 HOP_BY_HOP = frozenset(
@@ -52,7 +58,7 @@ def endpoint_of(method: str, path: str) -> str | None:
 
 
 class CaptureProxy:
-    """The aiohttp application of the proxy; its upstream client session opens and closes with it."""
+    """The aiohttp application of the proxy; its upstream connections close with it."""
 
     def __init__(
         self,
@@ -66,60 +72,41 @@ class CaptureProxy:
         self.upstream = upstream
         self.assembler = assembler
         self.session_header = session_header
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=read_timeout_s)
-        self._client: aiohttp.ClientSession | None = None
+        self.read_timeout_s = read_timeout_s  # also how long a client may leave the reply unread
+        # Only the client's own headers go upstream (an added Accept-Encoding would get the client
+        # a compressed body it never asked for), and bytes come back as the upstream encoded them.
+        self._upstream = UpstreamPool(
+            upstream, connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s
+        )
         self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
-        self.app.on_startup.append(self._open_client)
-        self.app.on_cleanup.append(self._close_client)
+        self.app.on_cleanup.append(self._close_upstream)
 
-    async def _open_client(self, _app: web.Application) -> None:
-        self._client = aiohttp.ClientSession(
-            timeout=self._timeout,
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
-            auto_decompress=False,  # bytes go to the client as the upstream encoded them
-            # Send only the client's own headers: an added Accept-Encoding would get the client a
-            # compressed body it never asked for.
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-        )
-
-    async def _close_client(self, _app: web.Application) -> None:
-        if self._client is not None:
-            await self._client.close()
-
-    def _url(self, request: web.Request) -> URL:
-        base = str(self.upstream).rstrip("/")
-        return URL(base + request.raw_path, encoded=True)
+    async def _close_upstream(self, _app: web.Application) -> None:
+        self._upstream.close()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         t_request = time.monotonic()
         body = await request.read()
         pending = self._begin(request, body, t_request)
-        headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
-        assert self._client is not None
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         try:
-            upstream = await self._client.request(
-                request.method, self._url(request), headers=headers, data=body or None, allow_redirects=False
-            )
+            upstream = await self._upstream.request(request.method, request.raw_path, headers, body)
         except asyncio.CancelledError:  # the client left while the upstream had not answered yet
             self._drop(pending, cut=True)
             raise
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+        except UpstreamError as e:
             self._drop(pending, cut=False)
-            reason = str(e) or type(e).__name__
             return web.Response(
                 status=502,
-                body=orjson.dumps({"error": {"message": f"capture proxy: upstream unreachable: {reason}",
+                body=orjson.dumps({"error": {"message": f"capture proxy: upstream unreachable: {e}",
                                              "type": "bad_gateway", "code": 502}}),
                 content_type="application/json",
             )  # fmt: skip
         try:
             return await self._relay(request, upstream, pending)
         finally:
-            if upstream.content.at_eof():
-                upstream.release()  # read to the end: the connection goes back to the pool
-            else:
-                upstream.close()  # abandoned mid-reply (the client left): closing it stops the upstream
+            upstream.release()  # to the pool if read to its end, else closed (which stops the upstream)
 
     def _begin(self, request: web.Request, body: bytes, t_request: float) -> PendingTurn | None:
         endpoint = endpoint_of(request.method, request.path)
@@ -132,7 +119,7 @@ class CaptureProxy:
         return self.assembler.begin(endpoint, obj, request.headers.get(self.session_header), t_request)
 
     async def _relay(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, pending: PendingTurn | None
+        self, request: web.Request, upstream: UpstreamReply, pending: PendingTurn | None
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for k, v in upstream.headers.items():
@@ -147,37 +134,43 @@ class CaptureProxy:
                 content_type=upstream.headers.get("Content-Type", ""),
                 content_encoding=upstream.headers.get("Content-Encoding", ""),
             )
-        t_done = None  # when the chunk holding the stream's [DONE] went to the client
+        sink = None
         try:
-            await resp.prepare(request)
-            while True:
+            writer = await resp.prepare(request)
+            transport = request.transport
+            if writer is None or transport is None:
+                raise ConnectionResetError("the client left before the reply's head went out")
+            sink = _ClientSink(transport, request.protocol, writer.chunked, meter, upstream)
+            upstream.start(sink.write)
+            while not await upstream.wait():  # False: reading paused until the client catches up
+                if sink.client_gone:
+                    raise ConnectionResetError("the client left mid-reply")
                 try:
-                    chunk = await upstream.content.readany()
-                except (TimeoutError, aiohttp.ClientError, OSError):
-                    # The upstream broke off: cut the client too rather than end the reply cleanly.
-                    if meter is not None and meter.stream_done:  # after its [DONE]: the reply is whole
-                        self._settle(pending, meter, client_left=False, t_done=t_done)
-                    else:
-                        self._drop(pending, cut=False)
-                    if request.transport is not None:
-                        request.transport.close()
-                    return resp
-                if not chunk:
-                    break
-                t_chunk = time.monotonic()  # stamped before the write: never after the client has it
-                await resp.write(chunk)
-                if meter is not None:
-                    meter.feed(chunk)
-                    if t_done is None and meter.stream_done:
-                        t_done = t_chunk
+                    async with asyncio.timeout(self.read_timeout_s):
+                        await writer.drain()
+                except TimeoutError:  # a client that stopped reading: cut it, free the upstream
+                    transport.close()
+                    raise ConnectionResetError("the client stopped reading") from None
+                upstream.resume()
+            if sink.client_gone:
+                raise ConnectionResetError("the client left mid-reply")
             await resp.write_eof()
+        except UpstreamError:
+            # The upstream broke off: cut the client too rather than end the reply cleanly.
+            if meter is not None and meter.stream_done:  # after its [DONE]: the reply is whole
+                self._settle(pending, meter, client_left=False, t_done=sink.t_done if sink else None)
+            else:
+                self._drop(pending, cut=False)
+            if request.transport is not None:
+                request.transport.close()
+            return resp
         except ConnectionError:  # the client went away: a write failed
-            self._settle(pending, meter, client_left=True, t_done=t_done)
+            self._settle(pending, meter, client_left=True, t_done=sink.t_done if sink else None)
             return resp
         except asyncio.CancelledError:  # the client went away while we waited (or shutdown)
-            self._settle(pending, meter, client_left=True, t_done=t_done)
+            self._settle(pending, meter, client_left=True, t_done=sink.t_done if sink else None)
             raise
-        self._settle(pending, meter, client_left=False, t_done=t_done)
+        self._settle(pending, meter, client_left=False, t_done=sink.t_done)
         return resp
 
     def _settle(
@@ -208,3 +201,48 @@ class CaptureProxy:
     def _drop(self, pending: PendingTurn | None, *, cut: bool) -> None:
         if pending is not None:
             self.assembler.drop(pending, cut=cut, now_s=time.monotonic())
+
+
+class _ClientSink:
+    """Writes each piece of the upstream's body to the client's transport as it arrives (in
+    HTTP/1.1 chunked framing when aiohttp chose it for the reply), then feeds the meter.
+
+    It runs inside the upstream connection's read callback. A client whose transport closed, or
+    whose write buffer is past its high-water mark, pauses the upstream (``UpstreamReply.pause``);
+    the relay then drains or ends."""
+
+    __slots__ = ("_chunked", "_meter", "_protocol", "_transport", "_upstream", "client_gone", "t_done")
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        protocol: RequestHandler,
+        chunked: bool,
+        meter: ReplyMeter | None,
+        upstream: UpstreamReply,
+    ) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._chunked = chunked
+        self._meter = meter
+        self._upstream = upstream
+        self.t_done: float | None = None  # when the piece holding the stream's [DONE] went out
+        self.client_gone = False
+
+    def write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport.is_closing():
+            self.client_gone = True
+            self._upstream.pause()
+            return
+        meter = self._meter
+        if meter is None:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
+        else:
+            t_piece = time.monotonic()  # stamped before the write: never after the client has it
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
+            meter.feed(data)
+            if self.t_done is None and meter.stream_done:
+                self.t_done = t_piece
+        if self._protocol.writing_paused:
+            self._upstream.pause()
