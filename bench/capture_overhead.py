@@ -16,6 +16,18 @@ monotonic clock, so the difference between the paths is what the proxy adds, not
 between a free-running sim and the client (see router_overhead.py). Target: added p99 < 1 ms per
 chunk at 100 streams.
 
+Measured on the shared 2-core development machine (load average 1.0-2.0 from other work): proxy
+CPU 24-38 us per chunk at 100 streams (52-70 us with the earlier aiohttp-client relay, run side by
+side); added per chunk p50 0.03-0.08 ms and p99 under 1 ms in 4 runs of 5 at 1 stream (3.5 ms in
+one at load 2.0), and p50/p99 1.4-2.8 / 3-19 ms at 100 streams. So the target holds at 1 stream
+but not at 100 on this machine: the sim, the client and the proxy then need about 80 us of CPU
+per chunk between them (the direct path about 40) on two cores others are also using, so chunks
+wait for a core, and the direct path (the control) itself shows p99 3-7 ms. Pinning does not
+help on two cores: the sim and the client on one core and the proxy alone on the other made the
+sim itself late (its ITL p99 11 -> 30 ms); the sim alone and the client with the proxy added
+1.9 / 9.4 ms. Figures vary from run to run with that load: compare paths within one run, and CPU
+per chunk across runs.
+
     .venv/bin/python bench/capture_overhead.py                  # 1 and 100 streams; 4 s each
     .venv/bin/python bench/capture_overhead.py -c 100 -d 8 --redact
 
