@@ -24,7 +24,7 @@ but not at 100 on this machine: the sim, the client and the proxy then need abou
 per chunk between them (the direct path about 40) on two cores others are also using, so chunks
 wait for a core, and the direct path (the control) itself shows p99 3-7 ms. Pinning does not
 help on two cores: the sim and the client on one core and the proxy alone on the other made the
-sim itself late (its ITL p99 11 -> 30 ms); the sim alone and the client with the proxy added
+sim itself late (its ITL p99 14 -> 30 ms); the sim alone and the client with the proxy added
 1.9 / 9.4 ms. Figures vary from run to run with that load: compare paths within one run, and CPU
 per chunk across runs.
 
