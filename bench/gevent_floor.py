@@ -7,7 +7,10 @@ no HTTP parser, no records, no sessions. Two floors, measured one after the othe
 * ``read``: ``recvmsg`` with the kernel's receive stamp (as loadgen reads), counting ``data:``
   lines: the cost of being woken for a chunk and taking it off the socket;
 * ``read + json``: the same, plus ``orjson.loads`` of every ``data: {`` line: the least any
-  client that looks inside each chunk pays.
+  client that looks inside each chunk pays;
+* ``one reader``, ``one reader + json``: the same two, but one greenlet reads every socket the
+  kernel says is readable (one epoll set, as ``loadgen/stream_reader.py`` does) instead of a
+  greenlet per stream waking for each chunk.
 
 Chunks per CPU-second of this process (``time.process_time`` over the window; the server is pinned
 to core 0 and this process to core 1 when there are two or more). Put next to
@@ -83,9 +86,54 @@ class Floor:
                     break
 
 
-def measure(port: int, streams: int, parse: bool, warmup_s: float, window_s: float) -> dict:
-    floor = Floor(port, parse)
-    greenlets = [gevent.spawn(floor.stream_forever) for _ in range(streams)]
+class OneReader(Floor):
+    """Every stream's socket in one epoll set, read by one greenlet."""
+
+    def run(self, streams: int) -> None:
+        epoll = monkey.get_original("select", "epoll")()
+        req = _request(self.port)
+        socks: dict[int, socket.socket] = {}
+        tails: dict[int, bytes] = {}
+        for _ in range(streams):
+            sock = socket.create_connection(("127.0.0.1", self.port))
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            sock.sendall(req)
+            socks[sock.fileno()], tails[sock.fileno()] = sock, b""
+            epoll.register(sock.fileno(), 1)  # EPOLLIN, level-triggered
+        watcher = gevent.get_hub().loop.io(epoll.fileno(), 1)
+        loads = orjson.loads
+        try:
+            while True:
+                gevent.get_hub().wait(watcher)
+                for fd, _mask in epoll.poll(0):
+                    sock = socks[fd]
+                    try:
+                        data, _anc, _flags, _addr = sock._sock.recvmsg(65536, _ANC)
+                    except BlockingIOError:
+                        continue
+                    if self.parse:
+                        for line in data.split(b"\n"):
+                            if line.startswith(b"data: {"):
+                                loads(line[6:])
+                    self.chunks += data.count(b"data: ")
+                    tail = tails[fd] = (tails[fd] + data)[-len(_END) :]
+                    if tail == _END:
+                        tails[fd] = b""
+                        sock.sendall(req)
+        finally:
+            for sock in socks.values():
+                sock.close()
+            epoll.close()
+
+
+def measure(port: int, streams: int, mode: str, warmup_s: float, window_s: float) -> dict:
+    parse = mode.endswith("json")
+    if mode.startswith("one reader"):
+        floor = OneReader(port, parse)
+        greenlets = [gevent.spawn(floor.run, streams)]
+    else:
+        floor = Floor(port, parse)
+        greenlets = [gevent.spawn(floor.stream_forever) for _ in range(streams)]
     try:
         gevent.sleep(warmup_s)
         c0, t0, w0 = floor.chunks, time.process_time(), time.monotonic()
@@ -119,12 +167,12 @@ def main() -> None:
         load = os.getloadavg()[0]
         print(f"bare gevent client vs bench/sse_server.py, tokens {args.pace:g} ms apart, {TOKENS} per request; "
               f"{args.duration:g} s windows; load average {load:.1f} on {os.cpu_count()} cores")  # fmt: skip
-        print(f"{'streams':>7}  {'floor':<12} {'chunks/s':>9} {'/CPU-s':>9} {'us/chunk':>8} {'CPU':>5}")
+        print(f"{'streams':>7}  {'floor':<17} {'chunks/s':>9} {'/CPU-s':>9} {'us/chunk':>8} {'CPU':>5}")
         for streams in args.streams or [500]:
-            for name, parse in (("read", False), ("read + json", True)):
-                r = measure(port, streams, parse, args.warmup, args.duration)
+            for name in ("read", "read + json", "one reader", "one reader + json"):
+                r = measure(port, streams, name, args.warmup, args.duration)
                 per = 1e6 / r["chunks_per_cpu_s"] if r["chunks_per_cpu_s"] else float("nan")
-                print(f"{streams:>7}  {name:<12} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>9,.0f} "
+                print(f"{streams:>7}  {name:<17} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>9,.0f} "
                       f"{per:>8.1f} {r['cpu_share']:>5.0%}", flush=True)  # fmt: skip
     finally:
         server.terminate()

@@ -52,6 +52,10 @@ Hostile bodies: ``\r\n`` or ``\n`` line ends, chunked bodies (trailers included)
 close-delimited HTTP/1.0 bodies, and gzip/deflate bodies (``Accept-Encoding: identity`` is
 asked, but a server may compress anyway) are read correctly; anything else ends as a category.
 
+Reading: on plain connections with kernel stamps (and no idle timeout) a streaming body is read
+by the worker's one ``StreamReader`` (``loadgen.stream_reader``) while the session's greenlet
+waits, so a chunk costs no greenlet wake-up; the stamps and the parse are the same either way.
+
 A ``SessionConnection`` is used by one greenlet at a time (one session's turns are sequential).
 """
 
@@ -66,6 +70,7 @@ import ssl
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -73,6 +78,8 @@ import gevent
 from gevent import socket as gsocket
 from geventhttpclient.response import HTTPParseError, HTTPResponse
 
+from loadgen import stream_reader
+from loadgen.stream_reader import StreamReader
 from targets.adapters.base import Adapter, BadChunk, PreparedRequest, StreamEvent, Usage
 
 __all__ = [
@@ -176,6 +183,64 @@ def enable_kernel_timestamps(sock: socket.socket) -> bool:
     return True
 
 
+def _arrival_ns(anc: list) -> int:
+    """The kernel's receive stamp in ``recvmsg``'s ancillary data, on the perf_counter clock; now
+    where there is none (or it is later than now)."""
+    now = _perf_ns()
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+            sec, nsec = _unpack_timespec(payload)
+            # CLOCK_REALTIME -> perf_counter: the offset is read now, so clock slews cost
+            # only ppm of the (sub-second) time the data waited.
+            stamped = sec * 1_000_000_000 + nsec - (time.time_ns() - _perf_ns())
+            if stamped <= now:
+                return stamped
+    return now
+
+
+class _StreamState:
+    """What a streamed reply has said so far, fed its lines as they come."""
+
+    __slots__ = ("chunk_ns", "chunk_tokens", "done", "error", "parse", "parts", "timings", "usage")
+
+    def __init__(self, parse: Callable[[bytes], StreamEvent | None], res: StreamResult) -> None:
+        self.parse = parse
+        self.chunk_ns = res.chunk_ns
+        self.chunk_tokens = res.chunk_tokens
+        self.parts: list[str] = []
+        self.usage: Usage | None = None
+        self.timings: dict | None = None
+        self.error: StreamEvent | None = None
+        self.done = False
+
+    def take(self, lines: list[bytes], t_recv_ns: int) -> bool:
+        """Parse ``lines`` (all received at ``t_recv_ns``); True once the stream has said its last
+        (its end marker, or an error)."""
+        parse = self.parse
+        for line in lines:
+            if not line or line == b"\r":
+                continue
+            ev = parse(line)
+            if ev is None:
+                continue
+            if ev.tokens:
+                self.chunk_ns.append(t_recv_ns)
+                self.chunk_tokens.append(ev.tokens)
+            if ev.text:
+                self.parts.append(ev.text)
+            if ev.usage is not None:
+                self.usage = ev.usage
+            if ev.server_timings is not None:
+                self.timings = ev.server_timings
+            if ev.error is not None:
+                self.error = ev
+                return True
+            if ev.done:
+                self.done = True
+                return True
+        return False
+
+
 class _Response(HTTPResponse):
     """geventhttpclient's C HTTP/1.1 parser (chunked and close-delimited bodies) over our socket,
     with a line reader that remembers when the bytes of the returned line arrived."""
@@ -206,17 +271,7 @@ class _Response(HTTPResponse):
 
     def _recv_kernel_stamped(self) -> bytes:
         data, anc, _flags, _addr = self.sock.recvmsg(self.block_size, _ANC_SIZE)
-        now = _perf_ns()
-        t = now
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
-                sec, nsec = _unpack_timespec(payload)
-                # CLOCK_REALTIME -> perf_counter: the offset is read now, so clock slews cost
-                # only ppm of the (sub-second) time the data waited.
-                stamped = sec * 1_000_000_000 + nsec - (time.time_ns() - _perf_ns())
-                if stamped <= now:
-                    t = stamped
-        self.t_recv_ns = t
+        self.t_recv_ns = _arrival_ns(anc)
         return data
 
     def read_headers(self) -> None:
@@ -250,7 +305,10 @@ class _Response(HTTPResponse):
             self._undecodable = f"body does not decompress as its Content-Encoding says ({e})"
 
     def _fill(self) -> None:
-        data = self._recv()
+        self.feed_body(self._recv())
+
+    def feed_body(self, data: bytes) -> None:
+        """Parse ``data`` read from the socket into the body buffer."""
         # b"" (peer closed) completes a close-delimited body, or raises HTTPParseError mid-message.
         self.feed(data)
         if self._undecodable is not None:
@@ -297,28 +355,34 @@ class _Response(HTTPResponse):
         split per ``recv`` instead of one search, copy and delete per line: at hundreds of
         streams a ``recv`` often holds several events. Blank lines come back as b"" (or b"\\r").
         """
-        buf = self._body_buffer
-        while True:
-            i = buf.rfind(b"\n", self._scan_from)
-            if i >= 0:
-                block = bytes(buf[:i])
-                del buf[: i + 1]
-                self._scan_from = 0
-                return block.split(b"\n")
-            if self.message_complete:
-                if self._undecodable is not None:
-                    raise BadChunk(self._undecodable)
-                if buf:
-                    line = bytes(buf)
-                    buf.clear()
-                    self.ended_mid_line = True
-                    return [line]
-                return []
-            n = len(buf)
-            if n > self.max_line_bytes:
-                raise BadChunk(f"a stream line longer than {self.max_line_bytes} bytes")
-            self._scan_from = n
+        while (lines := self.take_lines()) is None:
             self._fill()
+        return lines
+
+    def take_lines(self) -> list[bytes] | None:
+        """``read_lines`` without reading: the complete lines buffered now, [] once the body is
+        complete, None when more data is needed."""
+        buf = self._body_buffer
+        i = buf.rfind(b"\n", self._scan_from)
+        if i >= 0:
+            block = bytes(buf[:i])
+            del buf[: i + 1]
+            self._scan_from = 0
+            return block.split(b"\n")
+        if self.message_complete:
+            if self._undecodable is not None:
+                raise BadChunk(self._undecodable)
+            if buf:
+                line = bytes(buf)
+                buf.clear()
+                self.ended_mid_line = True
+                return [line]
+            return []
+        n = len(buf)
+        if n > self.max_line_bytes:
+            raise BadChunk(f"a stream line longer than {self.max_line_bytes} bytes")
+        self._scan_from = n
+        return None
 
     def read_body(self, limit: int) -> bytes:
         """The rest of the body, up to about ``limit`` bytes."""
@@ -394,6 +458,7 @@ class SessionConnection:
         self._recv_delays = recv_delays
         self._sock: socket.socket | None = None
         self._kernel_ts = False
+        self._reader: StreamReader | None = None
         self._phase = "idle"
         self.connections_opened = 0
 
@@ -414,6 +479,7 @@ class SessionConnection:
     def close(self) -> None:
         """Close the connection (the next request opens a new one)."""
         sock, self._sock = self._sock, None
+        self._reader = None
         if sock is not None:
             try:
                 sock.close()
@@ -543,44 +609,23 @@ class SessionConnection:
             timer.close()
 
     def _read_stream(self, resp: _Response, adapter: Adapter, res: StreamResult) -> None:
-        parse = adapter.new_stream().parse_line
-        read_lines = resp.read_lines
-        delays = self._recv_delays
+        st = _StreamState(adapter.new_stream().parse_line, res)
         chunk_ns = res.chunk_ns
-        chunk_tokens = res.chunk_tokens
-        parts: list[str] = []
-        usage = timings = None
-        error: StreamEvent | None = None
-        done = False
         self._phase = "streaming"
         try:
-            while not (done or error):
-                lines = read_lines()
-                if not lines:
-                    break
-                t_recv_ns = resp.t_recv_ns
-                if delays is not None:
-                    delays.append(_perf_ns() - t_recv_ns)
-                for line in lines:
-                    if not line or line == b"\r":
-                        continue
-                    ev = parse(line)
-                    if ev is None:
-                        continue
-                    if ev.tokens:
-                        chunk_ns.append(t_recv_ns)
-                        chunk_tokens.append(ev.tokens)
-                    if ev.text:
-                        parts.append(ev.text)
-                    if ev.usage is not None:
-                        usage = ev.usage
-                    if ev.server_timings is not None:
-                        timings = ev.server_timings
-                    if ev.error is not None:
-                        error = ev
+            if self._reader is not None:
+                self._follow(resp, st, self._reader)
+            else:
+                read_lines = resp.read_lines
+                delays = self._recv_delays
+                while True:
+                    lines = read_lines()
+                    if not lines:
                         break
-                    if ev.done:
-                        done = True
+                    t_recv_ns = resp.t_recv_ns
+                    if delays is not None:
+                        delays.append(_perf_ns() - t_recv_ns)
+                    if st.take(lines, t_recv_ns):
                         break
         except BadChunk as e:
             self.close()
@@ -604,11 +649,12 @@ class SessionConnection:
             self._fail(res, BAD_CHUNK, f"adapter {adapter.name!r} failed on a line: {type(e).__name__}: {e}")
             return
         finally:
-            res.text = "".join(parts)
-            res.usage = usage
-            res.server_timings = timings
+            res.text = "".join(st.parts)
+            res.usage = st.usage
+            res.server_timings = st.timings
             if chunk_ns:
                 res.t_first_ns = chunk_ns[0]
+        error = st.error
         if error is not None:
             category = HTTP_429 if error.error_code == 429 else HTTP_4XX
             if error.error_code is None or not 400 <= error.error_code < 500:
@@ -616,7 +662,7 @@ class SessionConnection:
             self._fail(res, category, f"error in stream: {error.error}")
             self._drain(resp)
             return
-        if not done:
+        if not st.done:
             self._fail(
                 res, STREAM_CUT, f"stream ended without its end marker after {len(chunk_ns)} token chunks"
             )
@@ -624,6 +670,33 @@ class SessionConnection:
             return
         t_done = _perf_ns()
         res.t_end_ns = _perf_ns() if self._drain(resp) else t_done
+
+    def _follow(self, resp: _Response, st: _StreamState, reader: StreamReader) -> None:
+        """The body's lines through the worker's ``StreamReader`` (``loadgen.stream_reader``):
+        what came with the head first, then every read in the reader's greenlet."""
+        delays = self._recv_delays
+        while (lines := resp.take_lines()) is not None:
+            if not lines:
+                return
+            if delays is not None:
+                delays.append(_perf_ns() - resp.t_recv_ns)
+            if st.take(lines, resp.t_recv_ns):
+                return
+        take_lines = resp.take_lines
+        take = st.take
+        feed_body = resp.feed_body
+
+        def consume(data: bytes, anc: list) -> bool:
+            t_recv_ns = resp.t_recv_ns = _arrival_ns(anc)
+            if delays is not None:
+                delays.append(_perf_ns() - t_recv_ns)
+            feed_body(data)
+            while (lines := take_lines()) is not None:
+                if not lines or take(lines, t_recv_ns):
+                    return True
+            return False
+
+        reader.follow(self._sock, self._block_size, consume)
 
     def _read_whole(self, resp: _Response, adapter: Adapter, res: StreamResult) -> None:
         self._phase = "reading the response body"
@@ -728,6 +801,9 @@ class SessionConnection:
             raise
         self._sock = sock
         self._kernel_ts = not self._tls and enable_kernel_timestamps(sock)
+        # An idle timeout is the gevent socket's own timeout: such streams read in their greenlet.
+        if self._kernel_ts and stream_reader.AVAILABLE and self._idle_timeout_s is None:
+            self._reader = stream_reader.stream_reader()
         self.connections_opened += 1
         return True
 

@@ -1,0 +1,158 @@
+"""One greenlet reads every streaming reply body of a worker.
+
+With a greenlet per stream, every chunk costs a wake-up of that greenlet: gevent tries the read,
+gets ``EWOULDBLOCK``, starts the socket's watcher, switches to the hub and back, and reads again.
+At hundreds of streams with tokens 10 ms apart that is most of a worker's CPU per chunk
+(``bench/gevent_floor.py``: a bare loop doing only that and ``orjson.loads`` reads ~60,000-80,000
+chunks per CPU-second; the same work in one greenlet over an epoll set ~110,000). So once a
+reply's head is read, its socket is handed to the worker's ``StreamReader``: one greenlet waits on
+one epoll set of every streaming socket, and for each socket the kernel says is readable reads what
+came (``recvmsg`` with the kernel's receive stamp) and hands it to that stream's ``consume``
+callback, right there, with no switch. The session's greenlet sleeps until its stream ends.
+
+Level-triggered: a socket is in the set only while its body is being read, and leaves it when its
+stream ends (or is abandoned), so a readable socket always has a reader. The greenlet exists only
+while some stream is followed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+
+import gevent
+from gevent import get_hub, monkey
+from gevent.event import Event
+
+__all__ = ["AVAILABLE", "StreamReader", "stream_reader"]
+
+
+def _original_epoll() -> type | None:
+    # gevent's monkey-patching (Locust applies it) removes select.epoll; the original stays.
+    try:
+        return monkey.get_original("select", "epoll")
+    except AttributeError:
+        return None
+
+
+_epoll = _original_epoll()
+# LOADGEN_STREAM_READER=0: each stream reads in its own greenlet (to compare, or to rule this out).
+AVAILABLE = _epoll is not None and os.environ.get("LOADGEN_STREAM_READER", "1") != "0"
+_EPOLLIN = 0x001
+_ANC_SIZE = socket.CMSG_SPACE(16)  # one struct timespec
+_MAX_EVENTS = 1024
+YIELD_NS = 500_000  # the longest the reader keeps the other greenlets waiting while data streams in
+
+# consume(data, ancillary data) -> True when the stream has ended (nothing more is to be read).
+# It is given b"" once when the peer closed; following ends there whatever it returns.
+Consume = Callable[[bytes, list], bool]
+
+
+class _Followed:
+    __slots__ = ("block_size", "consume", "done", "error", "recvmsg")
+
+    def __init__(self, recvmsg: Callable, block_size: int, consume: Consume) -> None:
+        self.recvmsg = recvmsg
+        self.block_size = block_size
+        self.consume = consume
+        self.done = Event()
+        self.error: BaseException | None = None
+
+
+class StreamReader:
+    """The epoll set, the streams it follows, and the greenlet that reads them."""
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._epoll = _epoll()
+        self._followed: dict[int, _Followed] = {}
+        self._watcher = get_hub().loop.io(self._epoll.fileno(), 1)
+        self._greenlet: gevent.Greenlet | None = None
+
+    def follow(self, sock: socket.socket, block_size: int, consume: Consume) -> None:
+        """Read ``sock`` into ``consume`` until it says the stream ended or raises (the exception
+        is raised here, in the caller's greenlet). ``sock`` is a gevent socket; the caller's
+        greenlet blocks until then. A ``gevent.Timeout`` or kill of the caller stops the
+        following (the caller then closes the socket)."""
+        fd = sock.fileno()
+        f = _Followed(sock._sock.recvmsg, block_size, consume)  # the non-blocking socket under gevent's
+        self._followed[fd] = f
+        self._epoll.register(fd, _EPOLLIN)
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._run)
+        try:
+            f.done.wait()
+        finally:
+            if self._followed.get(fd) is f:  # not ended: timed out or killed while waiting
+                self._forget(fd)
+        if f.error is not None:
+            raise f.error
+
+    def _forget(self, fd: int) -> None:
+        self._followed.pop(fd, None)
+        try:
+            self._epoll.unregister(fd)
+        except (OSError, ValueError):
+            pass
+
+    def _run(self) -> None:
+        followed = self._followed
+        poll = self._epoll.poll
+        wait = get_hub().wait
+        perf_ns = time.perf_counter_ns
+        yielded_ns = perf_ns()
+        try:
+            while followed:
+                events = poll(0, _MAX_EVENTS)
+                if not events:
+                    wait(self._watcher)
+                    yielded_ns = perf_ns()
+                    continue
+                for fd, _mask in events:
+                    f = followed.get(fd)
+                    if f is not None:
+                        self._read(fd, f)
+                # While data keeps coming this loop never waits: every YIELD_NS it lets the other
+                # greenlets run (sessions starting, reports) before the next round.
+                if perf_ns() - yielded_ns >= YIELD_NS:
+                    gevent.sleep(0)
+                    yielded_ns = perf_ns()
+        finally:
+            self._greenlet = None
+
+    def _read(self, fd: int, f: _Followed) -> None:
+        try:
+            data, anc, _flags, _addr = f.recvmsg(f.block_size, _ANC_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except Exception as e:  # the connection failed: the stream's greenlet says how
+            self._end(fd, f, e)
+            return
+        try:
+            ended = f.consume(data, anc)
+        except Exception as e:  # a bad chunk, a broken body, an adapter's error
+            self._end(fd, f, e)
+            return
+        if ended or not data:  # at the socket's end nothing more can come, said or not
+            self._end(fd, f, None)
+
+    def _end(self, fd: int, f: _Followed, error: BaseException | None) -> None:
+        self._forget(fd)
+        f.error = error
+        f.done.set()
+
+
+_READERS: dict[int, StreamReader] = {}
+
+
+def stream_reader() -> StreamReader:
+    """This process's ``StreamReader`` (made anew in a forked child: an epoll set is shared
+    across ``fork``)."""
+    pid = os.getpid()
+    r = _READERS.get(pid)
+    if r is None:
+        _READERS.clear()
+        r = _READERS[pid] = StreamReader()
+    return r
