@@ -78,8 +78,11 @@ class StreamReader:
         following (the caller then closes the socket)."""
         fd = sock.fileno()
         f = _Followed(sock._sock.recvmsg, block_size, consume)  # the non-blocking socket under gevent's
+        try:
+            self._epoll.register(fd, _EPOLLIN)
+        except FileExistsError:  # a closed socket's number, reused before it left the set
+            self._epoll.modify(fd, _EPOLLIN)
         self._followed[fd] = f
-        self._epoll.register(fd, _EPOLLIN)
         if self._greenlet is None:
             self._greenlet = gevent.spawn(self._run)
         try:
