@@ -7,16 +7,13 @@ returns the handle; ``stop()`` sends SIGTERM, waits for the final write, and kil
 
 from __future__ import annotations
 
-import os
 import re
-import selectors
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 
 from loadgen.capture.service import LISTENING_PREFIX
+from targets.child_start import start_until_line
 
 _LISTENING_RE = re.compile(re.escape(LISTENING_PREFIX) + r"(http://\S+?:(\d+)) ")
 
@@ -37,35 +34,14 @@ class CaptureProcess:
     def start(cls, args: list[str], timeout_s: float = 20.0) -> CaptureProcess:
         if "--listen" not in args:
             args = ["--listen", "127.0.0.1:0", *args]
-        err_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
-        proc = subprocess.Popen(
+        proc, m, err_file = start_until_line(
             [sys.executable, "-m", "loadgen", "capture", *args],
-            stdout=subprocess.PIPE,
-            stderr=err_file,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            _LISTENING_RE,
+            timeout_s,
+            what="the capture",
+            error=CaptureStartError,
         )
-        deadline = time.monotonic() + timeout_s
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            while time.monotonic() < deadline:
-                if not sel.select(timeout=max(0.0, min(0.5, deadline - time.monotonic()))):
-                    if proc.poll() is not None:
-                        break
-                    continue
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                m = _LISTENING_RE.match(line)
-                if m:
-                    return cls(proc, m.group(1), int(m.group(2)), err_file)
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(5)
-        err_file.seek(0)
-        err = err_file.read().decode(errors="replace")
-        err_file.close()
-        raise CaptureStartError(f"the capture did not start (exit {proc.returncode}): {err.strip()[-2000:]}")
+        return cls(proc, m.group(1), int(m.group(2)), err_file)
 
     def stderr(self) -> str:
         self._stderr.seek(0)

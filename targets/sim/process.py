@@ -8,14 +8,12 @@ finalizer so no sim outlives its caller.
 
 from __future__ import annotations
 
-import os
 import re
-import selectors
 import signal
 import subprocess
 import sys
-import tempfile
-import time
+
+from targets.child_start import start_until_line
 
 LISTENING_RE = re.compile(r"^loadgen-sim listening on (http://(\S+):(\d+)) \(profile (\S+), time-scale (\S+)\)$")
 
@@ -50,37 +48,14 @@ class SimProcess:
         """Start a sim with ``args`` (``--port 0`` is added unless a port is given)."""
         if "--port" not in args:
             args = ["--port", "0", *args]
-        # a file, not a pipe: a chatty sim can't block on it; closed by stop()
-        err_file = tempfile.TemporaryFile()  # noqa: SIM115
-        proc = subprocess.Popen(
+        proc, m, err_file = start_until_line(
             [python or sys.executable, "-m", "targets.sim", *args],
-            stdout=subprocess.PIPE,
-            stderr=err_file,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            LISTENING_RE,
+            timeout_s,
+            what="the sim",
+            error=SimStartError,
         )
-        deadline = time.monotonic() + timeout_s
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        try:
-            while time.monotonic() < deadline:
-                if not sel.select(timeout=max(0.0, min(0.5, deadline - time.monotonic()))):
-                    if proc.poll() is not None:
-                        break
-                    continue
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                m = LISTENING_RE.match(line.strip())
-                if m:
-                    return cls(proc, m.group(1), int(m.group(3)), err_file)
-        finally:
-            sel.close()
-        cls._kill(proc)
-        err_file.seek(0)
-        err = err_file.read().decode(errors="replace")
-        err_file.close()
-        raise SimStartError(f"the sim did not start (exit {proc.returncode}): {err.strip()[-2000:]}")
+        return cls(proc, m.group(1), int(m.group(3)), err_file)
 
     def stop(self, timeout_s: float = 5.0) -> int:
         """SIGTERM, wait up to ``timeout_s``, then SIGKILL. Returns the exit code."""
