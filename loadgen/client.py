@@ -16,7 +16,7 @@ Timing (DESIGN §4, §5):
   100 chunks at once) is not charged to it. Where the kernel gives no timestamp (TLS sockets,
   other systems) it is the return of that ``recv``. Either way it is taken before HTTP
   de-chunking and before JSON parsing.
-  Lines are read one at a time with a ``readline`` over the socket buffer, never through
+  Lines are taken from the socket buffer as each ``recv`` completes them, never through
   ``iter_content``/``iter_lines`` (they wait for 1-4 KiB and smear token times by tens of ms).
   Several lines delivered by one ``recv`` share its timestamp: they did arrive together, and the
   parse time of earlier lines is not charged to later ones.
@@ -316,43 +316,13 @@ class _Response(HTTPResponse):
         if not data and not self.message_complete:
             raise HTTPParseError("connection closed mid-body")
 
-    def readline(self) -> bytes:
-        """The next body line with its ``\\n``; b"" once the body is complete.
-
-        A line longer than ``max_line_bytes`` is ``BadChunk``: a server that never sends a
-        newline must not grow the buffer without bound.
-        """
-        buf = self._body_buffer
-        while True:
-            i = buf.find(b"\n", self._scan_from)
-            if i >= 0:
-                i += 1
-                line = bytes(buf[:i])
-                del buf[:i]
-                self._scan_from = 0
-                return line
-            if self.message_complete:
-                if self._undecodable is not None:
-                    raise BadChunk(self._undecodable)
-                if buf:
-                    line = bytes(buf)
-                    buf.clear()
-                    self.ended_mid_line = True
-                    return line
-                return b""
-            n = len(buf)
-            if n > self.max_line_bytes:
-                raise BadChunk(f"a stream line longer than {self.max_line_bytes} bytes")
-            self._scan_from = n
-            self._fill()
-
     def read_lines(self) -> list[bytes]:
         """Every complete body line now buffered (without their ``\\n``), reading once when there is
         none; [] once the body is complete.
 
         All lines returned by one call ended in the same ``recv`` (a fill happens only when no
-        line is complete), so ``t_recv_ns`` holds for each of them, as with ``readline``. One
-        split per ``recv`` instead of one search, copy and delete per line: at hundreds of
+        line is complete), so ``t_recv_ns`` holds for each of them. One split per ``recv``
+        instead of one search, copy and delete per line: at hundreds of
         streams a ``recv`` often holds several events. Blank lines come back as b"" (or b"\\r").
         """
         while (lines := self.take_lines()) is None:
@@ -361,7 +331,8 @@ class _Response(HTTPResponse):
 
     def take_lines(self) -> list[bytes] | None:
         """``read_lines`` without reading: the complete lines buffered now, [] once the body is
-        complete, None when more data is needed."""
+        complete, None when more data is needed. A line longer than ``max_line_bytes`` is
+        ``BadChunk``: a server that never sends a newline must not grow the buffer without bound."""
         buf = self._body_buffer
         i = buf.rfind(b"\n", self._scan_from)
         if i >= 0:
@@ -818,7 +789,7 @@ class SessionConnection:
         timer = gevent.Timeout(self._drain_timeout_s)
         timer.start()
         try:
-            while resp.readline():
+            while resp.read_lines():
                 pass
         except gevent.Timeout as t:
             if t is not timer:
