@@ -53,3 +53,20 @@ def chromium(tmp_path: Path) -> list[str]:
             pytest.fail("chromium is not installed; run scripts/ensure-chromium.sh")
         pytest.skip("chromium is not installed (scripts/ensure-chromium.sh installs it)")
     return [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"]
+
+
+@pytest.fixture(scope="session")
+def llama_paths() -> tuple[Path, Path]:
+    """(llama-server binary, SmolLM2 model), built and fetched once per machine.
+
+    Skips when they cannot be had, unless LOADGEN_REQUIRE_LLAMA is set (as `make test` does), in
+    which case the test fails: CI must never skip the real-engine checks silently.
+    """
+    from targets.llamacpp.launcher import LlamaServerError, ensure_llama_server
+
+    try:
+        return ensure_llama_server()
+    except LlamaServerError as exc:
+        if os.environ.get("LOADGEN_REQUIRE_LLAMA"):
+            pytest.fail(f"LOADGEN_REQUIRE_LLAMA is set but {exc}")
+        pytest.skip(f"{exc} (set LOADGEN_REQUIRE_LLAMA=1 to make this a failure)")

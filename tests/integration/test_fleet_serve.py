@@ -237,20 +237,8 @@ def test_serve_fleet_refuses_a_port_in_use(tmp_path):
     )
 
 
-@pytest.fixture
-def llama_built():
-    from targets.llamacpp.launcher import LlamaServerError, ensure_llama_server
-
-    try:
-        ensure_llama_server()
-    except LlamaServerError as exc:
-        if os.environ.get("LOADGEN_REQUIRE_LLAMA"):
-            pytest.fail(f"LOADGEN_REQUIRE_LLAMA is set but {exc}")
-        pytest.skip(f"{exc} (set LOADGEN_REQUIRE_LLAMA=1 to make this a failure)")
-
-
 @pytest.mark.llamacpp
-def test_llama_server_replicas_behind_a_router(llama_built, tmp_path):
+def test_llama_server_replicas_behind_a_router(llama_paths, tmp_path):
     with start_fleet(
         replicas=2,
         engine="llama-server",

@@ -239,15 +239,6 @@ def test_ensure_honours_explicit_paths(fake_server: tuple[Path, Path], monkeypat
 # --- the real llama-server -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def llama_paths() -> tuple[Path, Path]:
-    try:
-        return ensure_llama_server()
-    except LlamaServerError as exc:
-        if os.environ.get("LOADGEN_REQUIRE_LLAMA"):
-            pytest.fail(f"LOADGEN_REQUIRE_LLAMA is set but {exc}")
-        pytest.skip(f"{exc} (set LOADGEN_REQUIRE_LLAMA=1 to make this a failure)")
-
 
 @pytest.fixture(scope="module")
 def fleet(llama_paths: tuple[Path, Path], tmp_path_factory):

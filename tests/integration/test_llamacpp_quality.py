@@ -7,26 +7,16 @@ docs/llama-server.md, not asserted here beyond what it reliably does (every item
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import pytest
 
 from loadgen.evalset import is_correct, load_eval_set
 from loadgen.quality import evaluate, format_quality
-from targets.llamacpp.launcher import LlamaServerError, ensure_llama_server, start_llama_servers
+from targets.llamacpp.launcher import start_llama_servers
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
-
-@pytest.fixture(scope="module")
-def llama_paths():
-    try:
-        return ensure_llama_server()
-    except LlamaServerError as exc:
-        if os.environ.get("LOADGEN_REQUIRE_LLAMA"):
-            pytest.fail(f"LOADGEN_REQUIRE_LLAMA is set but {exc}")
-        pytest.skip(f"{exc} (set LOADGEN_REQUIRE_LLAMA=1 to make this a failure)")
 
 
 def test_smollm2_answers_every_item_and_its_cold_start_is_timed(llama_paths, tmp_path):

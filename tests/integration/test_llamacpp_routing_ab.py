@@ -14,7 +14,6 @@ Marked ``llamacpp`` and ``slow`` like the other llama-server tests: 40-65 s on t
 from __future__ import annotations
 
 import itertools
-import os
 import statistics
 from pathlib import Path
 
@@ -22,7 +21,6 @@ import orjson
 import pytest
 
 from analysis.records import RequestRecord
-from targets.llamacpp.launcher import LlamaServerError, ensure_llama_server
 from tests.integration.runs import loadgen, records
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -42,13 +40,7 @@ ARMS = ("round_robin", "cache_aware")
 
 
 @pytest.fixture(scope="module")
-def ab_dirs(tmp_path_factory) -> dict[str, Path]:
-    try:
-        ensure_llama_server()
-    except LlamaServerError as exc:
-        if os.environ.get("LOADGEN_REQUIRE_LLAMA"):
-            pytest.fail(f"LOADGEN_REQUIRE_LLAMA is set but {exc}")
-        pytest.skip(f"{exc} (set LOADGEN_REQUIRE_LLAMA=1 to make this a failure)")
+def ab_dirs(tmp_path_factory, llama_paths) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("routing-ab")
     workload = tmp / "llama-routing.yaml"
     workload.write_text(WORKLOAD)

@@ -30,7 +30,6 @@ import pytest
 from analysis.records import ERROR_CATEGORIES, RequestRecord
 from analysis.summary_format import format_summary
 from targets.fleet.procs import port_holder_pid, port_in_use
-from targets.llamacpp.launcher import LlamaServerError, ensure_llama_server
 from tests.conftest import free_port
 from tests.integration.runs import LOADGEN, loadgen, records
 
@@ -55,15 +54,6 @@ KILL_WORKLOAD = WORKLOAD.replace("first_user_tokens: 240", "first_user_tokens: 1
     "output_tokens: 12", "output_tokens: 48"
 )
 
-
-@pytest.fixture(scope="module")
-def llama_paths() -> tuple[Path, Path]:
-    try:
-        return ensure_llama_server()
-    except LlamaServerError as exc:
-        if os.environ.get("LOADGEN_REQUIRE_LLAMA"):
-            pytest.fail(f"LOADGEN_REQUIRE_LLAMA is set but {exc}")
-        pytest.skip(f"{exc} (set LOADGEN_REQUIRE_LLAMA=1 to make this a failure)")
 
 
 @pytest.fixture(scope="module")
