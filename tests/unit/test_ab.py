@@ -125,6 +125,14 @@ def test_demo_runs_one_session_per_agent():
     )
 
 
+def test_demo_schedule_lag_bound_per_engine_and_overridden():
+    assert demo_options(quick=True, results="r").max_schedule_lag == "50ms"
+    assert demo_options(quick=True, results="r", engine="llama-server").max_schedule_lag == "200ms"
+    for engine in ("sim", "llama-server"):
+        opts = demo_options(quick=True, results="r", engine=engine, max_schedule_lag="70ms")
+        assert opts.max_schedule_lag == "70ms"
+
+
 def test_expectation_line():
     assert expectation_line({"mean": 3.2, "p95": 7.0}).startswith(
         "expected shape: follow-up-turn TTFT lower with cache_aware at mean >= 2.5x (3.2x), p95 >= 4x (7.0x): met\n"
