@@ -34,7 +34,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from analysis.hlog import new_histogram
-from loadgen.metrics import histogram_of
+from loadgen.metrics import record_all
 
 __all__ = ["BURN_ENV", "GeneratorHealth", "summarize"]
 
@@ -87,7 +87,7 @@ class GeneratorHealth:
         pending = np.asarray(self.recv_delays_ns, dtype=np.int64)
         self.recv_delays_ns.clear()  # in place: every stream's client holds this very list
         if pending.size:
-            self.recv_delay.add(histogram_of(pending // 1000))
+            record_all(self.recv_delay, pending // 1000)
 
     def state(self, max_age_s: float = SHIP_INTERVAL_S) -> dict[str, Any]:
         """Both histograms so far, encoded (what a worker ships with its state).

@@ -89,12 +89,11 @@ class Recorder:
         return slot
 
     def _fold(self, tag: str, values: list[int]) -> None:
-        h = histogram_of(values)
+        h = self._delta.get(tag)
+        if h is None:
+            h = self._delta[tag] = new_histogram()
+        record_all(h, values)
         values.clear()
-        if tag in self._delta:
-            self._delta[tag].add(h)
-        else:
-            self._delta[tag] = h
 
     def record_request(self, rec: RequestRecord) -> None:
         labels = (rec.turn_class, rec.tenant, rec.target)
@@ -143,10 +142,8 @@ class Recorder:
 def histogram_of(values: list[int] | np.ndarray) -> HdrHistogram:
     """A new histogram holding ``values`` (µs; clamped to the range, as ``clamp_us`` does).
 
-    The same counts, total, min and max as recording each value, for a fraction of the cost:
-    values are grouped by the histogram bucket they fall in (hdrh's index arithmetic, vectorised),
-    and each bucket is recorded once, with its count, through one of its own values (its least;
-    the overall largest value is recorded apart, so the max stays exact).
+    The same counts, total, min and max as recording each value, for a fraction of the cost
+    (``record_all``).
     """
     return record_all(new_histogram(), values)
 
@@ -163,25 +160,33 @@ def clear(h: HdrHistogram) -> None:
 
 
 def record_all(h: HdrHistogram, values: list[int] | np.ndarray) -> HdrHistogram:
-    """Record ``values`` into ``h`` (a new or reset histogram) as ``histogram_of`` does; returns ``h``."""
+    """Add ``values`` to ``h`` as ``histogram_of`` does (counts, total, min, max exactly as
+    recording each value); returns ``h``.
+
+    Bucket indexes are hdrh's ``_counts_index_for`` arithmetic, vectorised, and the counts go
+    straight into the histogram's counts array: no Python call per bucket (a ``record_value`` per
+    distinct bucket was ~1 ms per fold of a few thousand receive delays).
+    """
     arr = np.asarray(values)
     if not arr.size:
         return h
     if arr.dtype.kind == "f":
         arr = np.rint(arr)  # round half to even, as clamp_us's round()
     arr = np.sort(np.clip(arr.astype(np.int64), HIST_LOWEST_US, HIST_HIGHEST_US))
-    # hdrh's _counts_index_for: bit_length via frexp is exact below 2**53 (the range ends at 3.6e9).
+    # bit_length via frexp is exact below 2**53 (the range ends at 3.6e9).
     bits = np.frexp((arr | h.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
     bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
     sub_bucket = arr >> (bucket + h.unit_magnitude)
     index = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub_bucket - h.sub_bucket_half_count
-    _, first, counts = np.unique(index, return_index=True, return_counts=True)
-    counts[-1] -= 1
-    record = h.record_value
-    for v, n in zip(arr[first].tolist(), counts.tolist(), strict=True):
-        if n:
-            record(v, n)
-    record(int(arr[-1]))
+    if index[0] < 0 or index[-1] >= h.counts_len:  # not one of ours: hdrh's own checks decide
+        for v in arr.tolist():
+            h.record_value(v)
+        return h
+    buckets, counts = np.unique(index, return_counts=True)
+    np.ctypeslib.as_array(h.counts)[buckets] += counts.astype(np.uint64)
+    h.total_count += int(arr.size)
+    h.min_value = min(h.min_value, int(arr[0]))
+    h.max_value = max(h.max_value, int(arr[-1]))
     return h
 
 
@@ -250,7 +255,9 @@ class MetricsAggregate:
                 h.decode_and_add(payload)
         return self._count([RequestRecord.from_dict(d) for d in delta.records])
 
-    def merge_local(self, hists: dict[str, HdrHistogram], records: list[RequestRecord]) -> list[RequestRecord]:
+    def merge_local(
+        self, hists: dict[str, HdrHistogram], records: list[RequestRecord]
+    ) -> list[RequestRecord]:
         """Merge a same-process recorder's histograms (add: exact, and no encode/decode)."""
         for tag, src in hists.items():
             for table in (self.cumulative, self.interval):

@@ -117,7 +117,10 @@ def test_bulk_recording_gives_the_same_histogram_as_recording_each_value() -> No
     from loadgen.metrics import histogram_of
 
     rng = random.Random(11)
-    values = [rng.choice([rng.randint(1, 50), rng.randint(9_000, 11_000), rng.randint(0, 10**10)]) for _ in range(5000)]
+    values = [
+        rng.choice([rng.randint(1, 50), rng.randint(9_000, 11_000), rng.randint(0, 10**10)])
+        for _ in range(5000)
+    ]
     values += [0, -5, 10**13, 2.5, 3.5, 1_000_000.49, 2047, 2048, 2049, 4095, 4096, 4097]
     # Whole lists, a single value, and values sharing one bucket (its max must stay exact).
     for case in (values, [7], [10_000, 10_001, 10_003, 10_002], [3_600_000_000] * 3):
@@ -133,6 +136,34 @@ def test_bulk_recording_gives_the_same_histogram_as_recording_each_value() -> No
         )
 
 
+def test_bulk_recording_adds_to_a_histogram_that_already_holds_values() -> None:
+    from hdrh.histogram import HdrHistogram
+
+    from analysis.hlog import new_histogram
+    from loadgen.metrics import record_all
+
+    rng = random.Random(13)
+    first = [rng.randint(500, 10**6) for _ in range(300)]
+    second = [rng.randint(1, 10**9) for _ in range(300)] + [3, 10**9 + 7]
+    one_by_one, bulk = new_histogram(), new_histogram()
+    for v in first + second:
+        one_by_one.record_value(v)
+    record_all(record_all(bulk, first), second)
+    assert list(bulk.counts) == list(one_by_one.counts)
+    assert (bulk.get_total_count(), bulk.get_min_value(), bulk.get_max_value()) == (
+        one_by_one.get_total_count(),
+        one_by_one.get_min_value(),
+        one_by_one.get_max_value(),
+    )
+    # A histogram of another range: values it cannot hold are left out, as hdrh's record_value does.
+    narrow, expected = HdrHistogram(1, 1000, 2), HdrHistogram(1, 1000, 2)
+    for v in (5, 900, 10**6):
+        expected.record_value(v)
+    record_all(narrow, [5, 900, 10**6])
+    assert list(narrow.counts) == list(expected.counts)
+    assert narrow.get_total_count() == expected.get_total_count() == 2
+
+
 def test_folding_in_slices_gives_the_same_histograms_as_one_fold() -> None:
     rng = random.Random(12)
     recs = [_record(i, rng) for i in range(50)]
@@ -146,7 +177,10 @@ def test_folding_in_slices_gives_the_same_histograms_as_one_fold() -> None:
     assert set(a) == set(b)
     for tag in a:
         assert list(a[tag].counts) == list(b[tag].counts), tag
-        assert (a[tag].get_min_value(), a[tag].get_max_value()) == (b[tag].get_min_value(), b[tag].get_max_value())
+        assert (a[tag].get_min_value(), a[tag].get_max_value()) == (
+            b[tag].get_min_value(),
+            b[tag].get_max_value(),
+        )
 
 
 def test_each_delta_encodes_only_its_own_values_though_the_histograms_are_reused() -> None:
