@@ -162,3 +162,17 @@ def test_long_context_first_turn_is_8k_to_32k():
     wl = load_workload("long-context")
     firsts = [count_tokens(wl.session(2, k).turns[0].content) for k in range(40)]
     assert min(firsts) >= 8000 and max(firsts) <= 32000
+
+
+def test_a_session_rng_draws_what_random_random_of_its_seed_draws_and_seeds_only_when_used() -> None:
+    import random
+
+    from workloads.workload import session_rng
+
+    lazy, eager = session_rng(3, 17, "output"), random.Random("3:17:output")
+    assert lazy._rng is None  # nothing drawn, nothing seeded
+    assert [lazy.random(), lazy.choices("abcdef", k=5), lazy.expovariate(2.0)] == [
+        eager.random(),
+        eager.choices("abcdef", k=5),
+        eager.expovariate(2.0),
+    ]
