@@ -31,7 +31,7 @@ from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from loadgen.capture.assembly import CHAT, COMPLETIONS, PendingTurn, SessionAssembler
-from loadgen.capture.reply import ReplyMeter
+from loadgen.capture.reply import ParseBacklog, ReplyMeter
 from loadgen.capture.upstream import UpstreamError, UpstreamPool, UpstreamReply
 
 # RFC 9110 7.6.1 connection-specific fields, plus the framing ones each hop sets for itself.
@@ -78,6 +78,7 @@ class CaptureProxy:
         self._upstream = UpstreamPool(
             upstream, connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s
         )
+        self._backlog: ParseBacklog | None = None  # made on the loop, at the first reply
         self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.app.on_cleanup.append(self._close_upstream)
@@ -88,7 +89,7 @@ class CaptureProxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         t_request = time.monotonic()
         body = await request.read()
-        pending = self._begin(request, body, t_request)
+        obj, pending = self._begin(request, body, t_request)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         try:
             upstream = await self._upstream.request(request.method, request.raw_path, headers, body)
@@ -104,22 +105,25 @@ class CaptureProxy:
                 content_type="application/json",
             )  # fmt: skip
         try:
-            return await self._relay(request, upstream, pending)
+            return await self._relay(request, upstream, pending, _asks_usage(obj))
         finally:
             upstream.release()  # to the pool if read to its end, else closed (which stops the upstream)
 
-    def _begin(self, request: web.Request, body: bytes, t_request: float) -> PendingTurn | None:
+    def _begin(
+        self, request: web.Request, body: bytes, t_request: float
+    ) -> tuple[object, PendingTurn | None]:
+        """The request body's JSON (None when there is none) and the turn it begins, if any."""
         endpoint = endpoint_of(request.method, request.path)
         if endpoint is None:
-            return None
+            return None, None
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
             obj = None
-        return self.assembler.begin(endpoint, obj, request.headers.get(self.session_header), t_request)
+        return obj, self.assembler.begin(endpoint, obj, request.headers.get(self.session_header), t_request)
 
     async def _relay(
-        self, request: web.Request, upstream: UpstreamReply, pending: PendingTurn | None
+        self, request: web.Request, upstream: UpstreamReply, pending: PendingTurn | None, usage_asked: bool
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for k, v in upstream.headers.items():
@@ -129,10 +133,14 @@ class CaptureProxy:
             resp.content_length = upstream.content_length
         meter = None
         if pending is not None and 200 <= upstream.status < 300:
+            if self._backlog is None:
+                self._backlog = ParseBacklog(asyncio.get_running_loop())
             meter = ReplyMeter(
                 CHAT if pending.prompt is None else COMPLETIONS,
                 content_type=upstream.headers.get("Content-Type", ""),
                 content_encoding=upstream.headers.get("Content-Encoding", ""),
+                backlog=self._backlog,
+                usage_asked=usage_asked,
             )
         sink = None
         try:
@@ -203,6 +211,12 @@ class CaptureProxy:
             self.assembler.drop(pending, cut=cut, now_s=time.monotonic())
 
 
+def _asks_usage(obj: object) -> bool:
+    """Whether a request asked for the stream's usage (``stream_options.include_usage``)."""
+    opts = obj.get("stream_options") if type(obj) is dict else None
+    return type(opts) is dict and opts.get("include_usage") is True
+
+
 class _ClientSink:
     """Writes each piece of the upstream's body to the client's transport as it arrives (in
     HTTP/1.1 chunked framing when aiohttp chose it for the reply), then feeds the meter.
@@ -229,18 +243,21 @@ class _ClientSink:
         self.t_done: float | None = None  # when the piece holding the stream's [DONE] went out
         self.client_gone = False
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, chunk: bytes | None = None) -> None:
         transport = self._transport
         if transport.is_closing():
             self.client_gone = True
             self._upstream.pause()
             return
+        out = data
+        if self._chunked:  # the upstream's own chunk when it came as one, else framed here
+            out = chunk if chunk is not None else b"%x\r\n%b\r\n" % (len(data), data)
         meter = self._meter
         if meter is None:
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
+            transport.write(out)
         else:
             t_piece = time.monotonic()  # stamped before the write: never after the client has it
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
+            transport.write(out)
             meter.feed(data)
             if self.t_done is None and meter.stream_done:
                 self.t_done = t_piece

@@ -7,14 +7,21 @@ own OpenAI adapters (``targets.adapters.openai``) read them.
 
 Per chunk the meter only splits SSE lines and keeps them; a line is parsed at once only when it
 may carry ``usage`` or an error (a substring test), so the common stream costs one JSON parse per
-reply, not one per token. The kept lines are parsed at the end only when they are needed: no
-usage came, or the text is (``/v1/completions``, whose next prompt holds the reply). Compressed
-bodies (``gzip``, ``deflate``) are decompressed for reading only; the client gets them as they came.
+reply, not one per token. The kept lines are parsed only when they are needed: no usage came, or
+the text is (``/v1/completions``, whose next prompt holds the reply). When the request did not ask
+for usage (``stream_options.include_usage``) they will be, and a ``ParseBacklog`` parses them in
+small slices while the stream goes on, between relays: parsing a whole reply at its end held the
+event loop for a fraction of a millisecond per reply, and an engine ends many replies in one decode
+step, so other streams' chunks waited milliseconds behind those ends. Compressed bodies (``gzip``,
+``deflate``) are decompressed for reading only; the client gets them as they came.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 import zlib
+from collections import deque
 from dataclasses import dataclass
 
 from targets.adapters.base import Adapter, BadChunk, StreamEvent
@@ -32,10 +39,58 @@ class Reply:
     text: str  # empty for chat replies whose usage gave the length (nothing needs their text)
 
 
-class ReplyMeter:
-    """Fed the reply's bytes in order; ``finish()`` says what it held, or None if unreadable."""
+class ParseBacklog:
+    """Parses the kept lines of open replies on the event loop, a slice of at most ``slice_s``
+    every ``every_s``: no relay waits behind more than one slice, and slices take at most a
+    tenth of the loop (a stream's lines need ~3 µs each, a few per cent of it at 100 streams).
 
-    def __init__(self, endpoint: str, *, content_type: str, content_encoding: str) -> None:
+    An engine writes a decode step's chunks for all its streams at once; a slice run as soon as
+    lines were kept would land between the relays of that burst, so the first waits ``every_s``."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, slice_s: float = 50e-6, every_s: float = 500e-6
+    ) -> None:
+        self._loop = loop
+        self._slice_s = slice_s
+        self._every_s = every_s
+        self._meters: deque[ReplyMeter] = deque()
+        self._scheduled = False
+
+    def add(self, meter: ReplyMeter) -> None:
+        self._meters.append(meter)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_later(self._every_s, self._run)
+
+    def _run(self) -> None:
+        meters = self._meters
+        t_end = time.perf_counter() + self._slice_s
+        while meters and time.perf_counter() < t_end:
+            meter = meters[0]
+            if not meter.parse_some(4):
+                meters.popleft()
+                meter.queued = False
+        if meters:
+            self._loop.call_later(self._every_s, self._run)
+        else:
+            self._scheduled = False
+
+
+class ReplyMeter:
+    """Fed the reply's bytes in order; ``finish()`` says what it held, or None if unreadable.
+
+    With a ``backlog`` and a request that did not ask for usage, kept stream lines are parsed
+    ahead, a slice at a time (``parse_some``); ``finish()`` parses whatever is left."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        content_type: str,
+        content_encoding: str,
+        backlog: ParseBacklog | None = None,
+        usage_asked: bool = False,
+    ) -> None:
         self._adapter = _ADAPTERS[endpoint]
         self._needs_text = endpoint == "completions"
         self._streaming = content_type.split(";")[0].strip().lower() == "text/event-stream"
@@ -43,11 +98,19 @@ class ReplyMeter:
         self._inflate = zlib.decompressobj(47) if encoding in ("gzip", "x-gzip", "deflate") else None
         self._unreadable = encoding not in ("", "identity", "gzip", "x-gzip", "deflate")
         self._partial = b""
-        self._held: list[bytes] = []  # stream lines, or body pieces, not parsed yet
+        self._held: list[bytes] = []  # stream lines, or body pieces, in order
         self._held_bytes = 0
         self._completion_tokens: int | None = None
         self._error = False
         self.stream_done = False  # the stream's own end marker (``data: [DONE]``) went by
+        # The kept stream lines parsed so far (held[:_parsed]), in order, by one parser.
+        self._backlog = backlog if self._streaming and not usage_asked else None
+        self._parser = self._adapter.new_stream()
+        self._parsed = 0
+        self._tokens = 0
+        self._texts: list[str] = []
+        self.queued = False  # in the backlog
+        self._finished = False
 
     def feed(self, data: bytes) -> None:
         if self._unreadable or self._error:
@@ -61,10 +124,18 @@ class ReplyMeter:
         if not self._streaming:
             self._hold(data)
             return
-        lines = (self._partial + data if self._partial else data).split(b"\n")
+        if self._partial:
+            data = self._partial + data
+        lines = data.split(b"\n")
         self._partial = lines.pop()
-        for line in lines:
-            self._line(line)
+        if b'"usage"' in data or b'"error"' in data or b"[DONE]" in data:
+            for line in lines:
+                self._line(line)
+        elif lines:  # the common read: token chunks only, kept as they are (blank lines too)
+            self._keep(lines, len(data) - len(self._partial))
+        if self._backlog is not None and not self.queued and self._parsed < len(self._held):
+            self.queued = True
+            self._backlog.add(self)
 
     def _line(self, line: bytes) -> None:
         if len(line) <= 1:  # blank lines (b"" or b"\r") end an SSE event and carry nothing
@@ -79,11 +150,15 @@ class ReplyMeter:
         self._hold(line)
 
     def _hold(self, data: bytes) -> None:
-        self._held_bytes += len(data)
+        self._keep([data], len(data))
+
+    def _keep(self, items: list[bytes], nbytes: int) -> None:
+        self._held_bytes += nbytes
         if self._held_bytes <= MAX_HELD_BYTES:
-            self._held.append(data)
+            self._held.extend(items)
         elif self._held:
             self._held = []  # too big to keep: only a reported usage can tell its length
+            self._parsed = 0
 
     @staticmethod
     def _parse(parser, line: bytes) -> StreamEvent | None:
@@ -98,26 +173,44 @@ class ReplyMeter:
         elif event.usage is not None and event.usage.completion_tokens is not None:
             self._completion_tokens = event.usage.completion_tokens
 
+    def parse_some(self, n: int) -> bool:
+        """Parse up to ``n`` more kept stream lines; True while some are left to parse."""
+        if self._finished or self._error or self._unreadable:
+            return False
+        held, parser, parse = self._held, self._parser, self._parse
+        stop = min(len(held), self._parsed + n)
+        for i in range(self._parsed, stop):
+            line = held[i]
+            if len(line) <= 1:  # an SSE event's blank line
+                continue
+            event = parse(parser, line)
+            if event is not None:
+                self._tokens += event.tokens
+                self._texts.append(event.text)
+        self._parsed = stop
+        return stop < len(held)
+
     def finish(self) -> Reply | None:
         """The reply, or None when it carried an error or could not be read."""
         if self._partial:
             self._line(self._partial)
             self._partial = b""
         if self._unreadable or self._error:
+            self._finished = True
             return None
         if self._completion_tokens is not None and not self._needs_text:
+            self._finished = True
             return Reply(self._completion_tokens, "")
         if self._held_bytes > MAX_HELD_BYTES:
+            self._finished = True
             return None
-        tokens, texts = 0, []
         if self._streaming:
-            parser = self._adapter.new_stream()
-            for line in self._held:
-                event = self._parse(parser, line)
-                if event is not None:
-                    tokens += event.tokens
-                    texts.append(event.text)
+            while self.parse_some(len(self._held)):
+                pass
+            self._finished = True
+            tokens, text = self._tokens, "".join(self._texts)
         else:
+            self._finished = True
             try:
                 event = self._adapter.parse_response(b"".join(self._held))
             except BadChunk:
@@ -125,8 +218,7 @@ class ReplyMeter:
             self._take_counts(event)
             if self._error:
                 return None
-            texts.append(event.text)
-        text = "".join(texts)
+            text = event.text
         if self._completion_tokens is not None:
             return Reply(self._completion_tokens, text)
         # No usage: a stream counts its token-bearing chunks, a whole body its text's tokens.

@@ -4,7 +4,9 @@
 ``UpstreamReply.start(sink)`` then hands each piece of the body to ``sink`` from the connection's
 ``data_received``: no stream reader, future or task switch per piece, which is what a streamed token
 costs a coroutine-based client. All pieces read at once (one socket read) go as one call. Only the
-head and the end of the body are awaited (``UpstreamReply.wait``).
+head and the end of the body are awaited (``UpstreamReply.wait``). When a read was exactly one
+whole chunk of a chunked body, the sink gets that chunk as it came too (its framing included), so
+a chunked reply can go on without being framed again.
 
 Framing: ``Transfer-Encoding: chunked`` (chunk extensions and trailers dropped), else
 ``Content-Length``, else the body runs to the connection's close. Replies to ``HEAD`` and 204/304
@@ -48,6 +50,11 @@ _IDLE, _HEAD, _BODY, _DONE = range(4)
 _SIZE, _DATA, _DATA_END, _TRAILER = range(4)
 
 
+# sink(piece, chunk): a piece of the body; chunk is the same piece in the upstream's own chunked
+# framing (size line, data, CRLF) when the read was exactly that, else None.
+Sink = Callable[[bytes, bytes | None], None]
+
+
 class UpstreamError(Exception):
     """The upstream could not be reached or broke off; the message says how."""
 
@@ -70,7 +77,7 @@ class UpstreamReply:
         self.content_length = length  # only when the body is framed by its Content-Length
         self._conn = conn
 
-    def start(self, sink: Callable[[bytes], None]) -> None:
+    def start(self, sink: Sink) -> None:
         """From now on every piece of the body goes to ``sink`` as it arrives (what came already
         goes at once). ``sink`` runs inside the connection's read callback: it must not block."""
         self._conn.start_body(sink)
@@ -193,7 +200,7 @@ class _Connection(asyncio.Protocol):
         self._left = -1  # bytes left: of a Content-Length body, or of the current chunk; -1: to close
         self._chunk_state = _SIZE
         self._chunk_buf = b""
-        self._sink: Callable[[bytes], None] | None = None
+        self._sink: Sink | None = None
         self._early: list[bytes] = []  # pieces that came before ``start_body``
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[bool] | None = None
@@ -217,7 +224,7 @@ class _Connection(asyncio.Protocol):
                 if eol > 0 and not data[:eol].strip(_HEX):
                     size = int(data[:eol], 16)
                     if size and len(data) == eol + size + 4 and data.endswith(b"\r\n"):
-                        self._give(data[eol + 2 : -2])
+                        self._give(data[eol + 2 : -2], data)
                         return
             self._body_data(data)
         elif self._phase == _HEAD:
@@ -264,11 +271,11 @@ class _Connection(asyncio.Protocol):
             self._transport.write(body)  # no copy of a big body just to join it
         return await self._head
 
-    def start_body(self, sink: Callable[[bytes], None]) -> None:
+    def start_body(self, sink: Sink) -> None:
         self._sink = sink
         if self._early:
             early, self._early = self._early, []
-            sink(b"".join(early))
+            sink(b"".join(early), None)
 
     async def wait_body(self) -> bool:
         if self._error is not None:
@@ -456,10 +463,10 @@ class _Connection(asyncio.Protocol):
         if pieces:
             self._give(pieces[0] if len(pieces) == 1 else b"".join(pieces))
 
-    def _give(self, piece: bytes) -> None:
+    def _give(self, piece: bytes, chunk: bytes | None = None) -> None:
         sink = self._sink
         if sink is not None:
-            sink(piece)
+            sink(piece, chunk)
         else:
             self._early.append(piece)
 

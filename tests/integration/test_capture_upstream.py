@@ -77,7 +77,14 @@ def _pool(server: RawServer, read_timeout_s: float = 5.0) -> UpstreamPool:
 async def _fetch(pool: UpstreamPool, method: str = "GET", body: bytes = b"") -> tuple[int, bytes]:
     reply = await pool.request(method, "/v1/x?q=1", [("X-Custom", "v")], body)
     got: list[bytes] = []
-    reply.start(got.append)
+
+    def sink(piece: bytes, chunk: bytes | None) -> None:
+        got.append(piece)
+        if chunk is not None:  # the piece in its upstream chunked framing, exactly
+            size, _, rest = chunk.partition(b"\r\n")
+            assert int(size, 16) == len(piece) and rest == piece + b"\r\n", (piece, chunk)
+
+    reply.start(sink)
     try:
         while not await asyncio.wait_for(reply.wait(), 5):
             reply.resume()
@@ -197,7 +204,7 @@ def test_a_broken_body_is_an_upstream_error_after_what_came_whole(body: bytes, s
         async with RawServer(script) as server:
             reply = await _pool(server).request("GET", "/", [], b"")
             got: list[bytes] = []
-            reply.start(got.append)
+            reply.start(lambda piece, chunk: got.append(piece))
             with pytest.raises(UpstreamError, match=says):
                 await asyncio.wait_for(reply.wait(), 5)
             reply.release()
@@ -220,7 +227,7 @@ def test_silence_past_the_read_timeout_and_an_unreachable_upstream_are_upstream_
             pool = _pool(server, read_timeout_s=0.2)
             t0 = time.monotonic()
             reply = await pool.request("GET", "/", [], b"")
-            reply.start(lambda piece: None)
+            reply.start(lambda piece, chunk: None)
             with pytest.raises(UpstreamError, match=r"sent nothing for 0\.2s"):
                 await asyncio.wait_for(reply.wait(), 5)
             reply.release()
@@ -274,7 +281,7 @@ def test_a_client_slower_than_the_upstream_pauses_it_and_gets_every_byte() -> No
             got: list[bytes] = []
             pauses = 0
 
-            def sink(piece: bytes) -> None:
+            def sink(piece: bytes, chunk: bytes | None) -> None:
                 got.append(piece)
                 reply.pause()  # as the proxy does when the client's write buffer is full
 
