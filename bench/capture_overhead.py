@@ -37,6 +37,7 @@ Prints figures; it is not a test. Everything binds 127.0.0.1 and is stopped at t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -55,6 +56,12 @@ def _fmt(pair: tuple[float, float]) -> str:
     return f"{pair[0]:6.2f} / {pair[1]:6.2f}"
 
 
+def _pin(pid: int, cores: set[int]) -> None:
+    """Every thread of ``pid`` on ``cores`` (affinity is per thread)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cores)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument(
@@ -68,10 +75,21 @@ def main() -> None:
     )
     ap.add_argument("--profile", default="h200-llama3-8b-fp8")
     ap.add_argument("--redact", action="store_true", help="the proxy redacts what it records")
+    ap.add_argument(
+        "--read-stamps",
+        action="store_true",
+        help="stamp tokens when the client reads them, not when its kernel received them",
+    )
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="the proxy on a core of its own; the sim and the client share the others",
+    )
     args = ap.parse_args()
     if args.time_scale <= 0:
         ap.error("--time-scale must be > 0 (see the module docstring)")
     args.quickack = False  # what router_overhead.measure expects
+    args.kernel_stamps = not args.read_stamps
     concurrencies = args.concurrency or [1, 100]
 
     out = Path(tempfile.mkdtemp(prefix="loadgen-capture-overhead-")) / "sessions.jsonl"
@@ -82,9 +100,18 @@ def main() -> None:
             ["--upstream", sim.url, "--out", str(out), *(["--redact"] if args.redact else [])]
         )
         paths = [("direct", [sim.url], None), ("capture proxy", [cap.url], cap.proc.pid)]
+        if args.pin:
+            cores = sorted(os.sched_getaffinity(0))
+            if len(cores) < 2:
+                ap.error("--pin needs at least two cores")
+            _pin(cap.proc.pid, {cores[-1]})
+            for pid in (sim.proc.pid, os.getpid()):
+                _pin(pid, set(cores[:-1]))
         print(
             f"sim ({args.profile}, time-scale {args.time_scale:g}), {args.max_tokens} tokens/request, "
-            f"{args.duration:g} s window per point; times in ms (p50 / p99)"
+            f"{args.duration:g} s window per point; times in ms (p50 / p99); token times: "
+            + ("client reads" if args.read_stamps else "client kernel receive stamps")
+            + ("; proxy on a core of its own" if args.pin else "")
         )
         header = (
             f"{'path':<14} {'streams':>7} {'requests':>8}  {'TTFT added':>15}  {'token delivery':>15}  "

@@ -21,6 +21,7 @@ router) stay well inside what two shared cores serve.
     .venv/bin/python bench/router_overhead.py                    # 1, 50, 200 streams; 4 s each
     .venv/bin/python bench/router_overhead.py -c 50 -d 8 --policy cache_aware
     .venv/bin/python bench/router_overhead.py --quickack         # the client ACKs every read at once
+    .venv/bin/python bench/router_overhead.py --kernel-stamps    # token times: when the kernel got them
 
 Each stream sends its next request as soon as a reply ends. sglang-router 0.3.2 then holds the
 first tokens of the next reply until the client's delayed ACK (tens of ms: Nagle's algorithm on
@@ -36,6 +37,7 @@ import argparse
 import asyncio
 import os
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -74,15 +76,53 @@ class Sample:
     token_ns: list[int] = field(default_factory=list)
 
 
-async def _read_reply(reader: asyncio.StreamReader, sample: Sample, sock: socket.socket | None) -> None:
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_ANC = socket.CMSG_SPACE(16)
+
+
+class _Reader:
+    """A connection's reads, each with its time: when this process read it, or (``kernel``) when
+    the kernel received it (``SO_TIMESTAMPNS``, on the perf_counter clock), which no delay of this
+    process in reading can move; loadgen's client stamps tokens the same way."""
+
+    def __init__(self, reader: asyncio.StreamReader, sock: socket.socket, kernel: bool) -> None:
+        self._reader = reader
+        self._sock = sock
+        self._kernel = kernel
+        if kernel:
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+    async def read(self) -> tuple[bytes, int]:
+        if not self._kernel:
+            data = await self._reader.read(65536)
+            return data, time.perf_counter_ns()
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                data, anc, _flags, _addr = self._sock.recvmsg(65536, _ANC)
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_reader(self._sock.fileno(), ready.set_result, None)
+                try:
+                    await ready
+                finally:
+                    loop.remove_reader(self._sock.fileno())
+                continue
+            now = time.perf_counter_ns()
+            for _level, _kind, payload in anc:
+                sec, nsec = struct.unpack_from("qq", payload)
+                now = min(now, sec * 1_000_000_000 + nsec - (time.time_ns() - time.perf_counter_ns()))
+            return data, now
+
+
+async def _read_reply(reader: _Reader, sample: Sample, sock: socket.socket | None) -> None:
     """Read one chunked SSE reply to its [DONE], stamping each token with the read that held it.
     With ``sock``, ask the kernel to ACK at once (TCP_QUICKACK lapses, hence once per reply)."""
     if sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
     tail = b""
     while True:
-        data = await reader.read(65536)
-        now = time.perf_counter_ns()
+        data, now = await reader.read()
         if not data:
             raise ConnectionError("closed mid-reply")
         buf = tail + data
@@ -91,7 +131,7 @@ async def _read_reply(reader: asyncio.StreamReader, sample: Sample, sock: socket
         if DONE in buf:
             # The chunked body's terminator follows [DONE] in the same write; wait for it.
             while not buf.endswith(b"0\r\n\r\n"):
-                more = await reader.read(65536)
+                more, _ = await reader.read()
                 if not more:
                     raise ConnectionError("closed after [DONE]")
                 buf += more
@@ -104,7 +144,15 @@ async def _stream(
 ) -> None:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
-    sock = writer.get_extra_info("socket") if args.quickack else None
+    raw = writer.get_extra_info("socket")
+    sock = raw if args.quickack else None
+    # The kernel-stamped reads go around asyncio's transport, which then must not read too.
+    kernel = args.kernel_stamps
+    if kernel:
+        writer.transport.pause_reading()
+        raw = socket.socket(fileno=os.dup(raw.fileno()))
+        raw.setblocking(False)
+    conn = _Reader(reader, raw, kernel)
     body = orjson.dumps(
         {
             "model": "bench",
@@ -122,11 +170,13 @@ async def _stream(
             rid = uuid.uuid4().hex
             sample = Sample(rid, time.perf_counter_ns())
             writer.write(head + b"X-Request-ID: " + rid.encode() + b"\r\n\r\n" + body)
-            await _read_reply(reader, sample, sock)
+            await _read_reply(conn, sample, sock)
             if window[0] <= sample.t_send_ns and (window[1] == 0 or sample.token_ns[-1] <= window[1]):
                 out.append(sample)
     finally:
         writer.close()
+        if kernel:
+            raw.close()
 
 
 async def _load(urls: list[str], streams: int, args: argparse.Namespace, pid: int | None):
@@ -232,6 +282,11 @@ def main() -> None:
     ap.add_argument("--profile", default="h200-llama3-8b-fp8")
     ap.add_argument(
         "--quickack", action="store_true", help="the client ACKs every read at once (TCP_QUICKACK)"
+    )
+    ap.add_argument(
+        "--kernel-stamps",
+        action="store_true",
+        help="token times from the client's kernel receive stamps, not from when it read them",
     )
     args = ap.parse_args()
     if args.time_scale <= 0:
