@@ -113,15 +113,17 @@ class StreamReader:
                     wait(self._watcher)
                     yielded_ns = perf_ns()
                     continue
+                # While data keeps coming this loop never waits: every YIELD_NS it lets the other
+                # greenlets run (sessions starting, reports), within a round too (hundreds of
+                # ready streams are milliseconds of reading). What a stream had ready then is
+                # read after: the set is level-triggered and its data keeps its kernel stamp.
                 for fd, _mask in events:
                     f = followed.get(fd)
                     if f is not None:
                         self._read(fd, f)
-                # While data keeps coming this loop never waits: every YIELD_NS it lets the other
-                # greenlets run (sessions starting, reports) before the next round.
-                if perf_ns() - yielded_ns >= YIELD_NS:
-                    gevent.sleep(0)
-                    yielded_ns = perf_ns()
+                    if perf_ns() - yielded_ns >= YIELD_NS:
+                        gevent.sleep(0)
+                        yielded_ns = perf_ns()
         finally:
             self._greenlet = None
 
