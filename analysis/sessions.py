@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from hdrh.histogram import HdrHistogram
 
-from analysis.hlog import clamp_us, new_histogram
+from analysis.hlog import new_histogram, record_clamped
 from analysis.records import STEP_KINDS, RequestRecord, metric_values
 
 STEP_KIND_METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -101,11 +101,9 @@ def session_stats(measured: list[RequestRecord], all_records: list[RequestRecord
         by_session[rec.session_id].append(rec)
     in_window = [r for recs in by_session.values() if all(x.request_id in measured_ids for x in recs) for r in recs]
     times = session_times(in_window)
-    task, overhead = new_histogram(), new_histogram()
-    for t in times:
-        # clamp: hdrh drops values outside its range, and an overhead of 0 is common
-        task.record_value(clamp_us(t.task_time_us))
-        overhead.record_value(clamp_us(t.agent_overhead_us))
+    # clamped: hdrh drops values outside its range, and an overhead of 0 is common
+    task = record_clamped(new_histogram(), [t.task_time_us for t in times])
+    overhead = record_clamped(new_histogram(), [t.agent_overhead_us for t in times])
     total_task = sum(t.task_time_us for t in times)
     share = round(sum(t.agent_overhead_us for t in times) / total_task, 6) if total_task else None
     return SessionStats(len({r.session_id for r in measured}), len(times), task, overhead, share)
@@ -130,12 +128,13 @@ def step_kind_stats(measured: list[RequestRecord]) -> dict[str, StepKindStats]:
     out = {}
     for kind in order:
         recs = groups[kind]
-        hists = {m: new_histogram() for m in STEP_KIND_METRICS}
+        values: dict[str, list[int]] = {m: [] for m in STEP_KIND_METRICS}
         for rec in recs:
             for metric, value in metric_values(rec):
-                h = hists.get(metric)
-                if h is not None:
-                    h.record_value(clamp_us(value))
+                v = values.get(metric)
+                if v is not None:
+                    v.append(value)
+        hists = {m: record_clamped(new_histogram(), v) for m, v in values.items()}
         ok = sum(1 for r in recs if r.ok)
         out[kind] = StepKindStats(len(recs), len(recs) - ok, hists)
     return out

@@ -33,8 +33,7 @@ import gevent
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from analysis.hlog import new_histogram
-from loadgen.metrics import record_all
+from analysis.hlog import new_histogram, record_clamped
 
 __all__ = ["BURN_ENV", "GeneratorHealth", "summarize"]
 
@@ -87,7 +86,7 @@ class GeneratorHealth:
         pending = np.asarray(self.recv_delays_ns, dtype=np.int64)
         self.recv_delays_ns.clear()  # in place: every stream's client holds this very list
         if pending.size:
-            record_all(self.recv_delay, pending // 1000)
+            record_clamped(self.recv_delay, pending // 1000)
 
     def state(self, max_age_s: float = SHIP_INTERVAL_S) -> dict[str, Any]:
         """Both histograms so far, encoded (what a worker ships with its state).

@@ -22,10 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from analysis.hlog import new_histogram
+from analysis.hlog import new_histogram, record_clamped
 from analysis.records import (
-    HIST_HIGHEST_US,
-    HIST_LOWEST_US,
     RequestRecord,
     histogram_tag,
     metric_values,
@@ -92,7 +90,7 @@ class Recorder:
         h = self._delta.get(tag)
         if h is None:
             h = self._delta[tag] = new_histogram()
-        record_all(h, values)
+        record_clamped(h, values)
         values.clear()
 
     def record_request(self, rec: RequestRecord) -> None:
@@ -120,7 +118,7 @@ class Recorder:
                     h = self._wire[tag] = new_histogram()
                 else:
                     clear(h)
-                encoded[tag] = record_all(h, values).encode()
+                encoded[tag] = record_clamped(h, values).encode()
         records, self._records = self._records, []
         return Delta(histograms=encoded, records=[r.to_dict() for r in records])
 
@@ -143,9 +141,9 @@ def histogram_of(values: list[int] | np.ndarray) -> HdrHistogram:
     """A new histogram holding ``values`` (µs; clamped to the range, as ``clamp_us`` does).
 
     The same counts, total, min and max as recording each value, for a fraction of the cost
-    (``record_all``).
+    (``analysis.hlog.record_clamped``).
     """
-    return record_all(new_histogram(), values)
+    return record_clamped(new_histogram(), values)
 
 
 def clear(h: HdrHistogram) -> None:
@@ -157,37 +155,6 @@ def clear(h: HdrHistogram) -> None:
     h.max_value = 0
     h.start_time_stamp_msec = sys.maxsize
     h.end_time_stamp_msec = 0
-
-
-def record_all(h: HdrHistogram, values: list[int] | np.ndarray) -> HdrHistogram:
-    """Add ``values`` to ``h`` as ``histogram_of`` does (counts, total, min, max exactly as
-    recording each value); returns ``h``.
-
-    Bucket indexes are hdrh's ``_counts_index_for`` arithmetic, vectorised, and the counts go
-    straight into the histogram's counts array: no Python call per bucket (a ``record_value`` per
-    distinct bucket was ~1 ms per fold of a few thousand receive delays).
-    """
-    arr = np.asarray(values)
-    if not arr.size:
-        return h
-    if arr.dtype.kind == "f":
-        arr = np.rint(arr)  # round half to even, as clamp_us's round()
-    arr = np.sort(np.clip(arr.astype(np.int64), HIST_LOWEST_US, HIST_HIGHEST_US))
-    # bit_length via frexp is exact below 2**53 (the range ends at 3.6e9).
-    bits = np.frexp((arr | h.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
-    bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
-    sub_bucket = arr >> (bucket + h.unit_magnitude)
-    index = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub_bucket - h.sub_bucket_half_count
-    if index[0] < 0 or index[-1] >= h.counts_len:  # not one of ours: hdrh's own checks decide
-        for v in arr.tolist():
-            h.record_value(v)
-        return h
-    buckets, counts = np.unique(index, return_counts=True)
-    np.ctypeslib.as_array(h.counts)[buckets] += counts.astype(np.uint64)
-    h.total_count += int(arr.size)
-    h.min_value = min(h.min_value, int(arr[0]))
-    h.max_value = max(h.max_value, int(arr[-1]))
-    return h
 
 
 def metric_sums(rec: RequestRecord) -> list[tuple[str, int]]:
