@@ -48,7 +48,7 @@ class ParseBacklog:
     lines were kept would land between the relays of that burst, so the first waits ``every_s``."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, slice_s: float = 50e-6, every_s: float = 500e-6
+        self, loop: asyncio.AbstractEventLoop, slice_s: float = 100e-6, every_s: float = 2e-3
     ) -> None:
         self._loop = loop
         self._slice_s = slice_s
