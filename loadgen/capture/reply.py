@@ -41,8 +41,9 @@ class Reply:
 
 class ParseBacklog:
     """Parses the kept lines of open replies on the event loop, a slice of at most ``slice_s``
-    every ``every_s``: no relay waits behind more than one slice, and slices take at most a
-    tenth of the loop (a stream's lines need ~3 µs each, a few per cent of it at 100 streams).
+    every ``every_s``: no relay waits behind more than one slice, and the slices take at most a
+    twentieth of the loop. A line costs ~3 µs, so that keeps up with ~16,000 chunks a second (100
+    streams of tokens 10 ms apart are 10,000); past that a reply's end parses what is left.
 
     An engine writes a decode step's chunks for all its streams at once; a slice run as soon as
     lines were kept would land between the relays of that burst, so the first waits ``every_s``."""
