@@ -44,7 +44,8 @@ from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
 from loadgen.verdict import EXIT_GENERATOR_SATURATED, Verdict, decide_verdict
-from loadgen.worker_env import load_plan_workload, quiet_gc
+from loadgen.worker_env import load_plan_workload
+from targets.quiet_gc import quiet_gc
 
 log = logging.getLogger("loadgen")
 

@@ -8,13 +8,13 @@ launcher can read the port when it asked for port 0. SIGTERM or SIGINT stop it c
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import signal
 import sys
 
 import click
 
+from targets.quiet_gc import quiet_gc
 from targets.sim.answers import AnswersError, load_answers
 from targets.sim.faults import FaultConfig
 from targets.sim.profile import Profile, ProfileError, profile_names, resolve_profile
@@ -160,19 +160,6 @@ def _measure_cold_start(
     except TargetError as e:
         raise SimError(str(e)) from None
     click.echo(format_cold_starts(rounds))
-
-
-def quiet_gc() -> None:
-    """Keep the cyclic GC from pausing the server for tens of milliseconds mid-stream.
-
-    A pause delays request handling, which the client rightly counts in TTFT but the truth
-    (stamped when the handler starts) does not. Everything imported at start-up is frozen out of
-    the collector's scans, and collections run less often; the sim's data is acyclic and freed
-    by reference counting.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(1_000, 50, 100)
 
 
 def run_sim(config: SimConfig, host: str, port: int) -> None:
