@@ -6,30 +6,35 @@ keep-alive connection each, the next request as soon as a reply ends) it measure
 ``router_overhead.measure``:
 
 * TTFT added: the client's TTFT minus the sim's own (handler start to first-token write);
-* token delivery: when the client read each token minus when the sim wrote it, so "through the
-  proxy minus direct" is the proxy's added latency per chunk;
+* token delivery: when each token reached the client (its kernel's receive stamp) minus when the
+  sim wrote it, so "through the proxy minus direct" is the proxy's added latency per chunk;
 * ITL: the client's gaps between tokens, next to the sim's own;
 * the proxy's CPU per forwarded chunk, from /proc/<pid>/stat over the window.
 
-A positive time scale (default 2) gives every token a fixed wall-clock write time on the client's
-monotonic clock, so the difference between the paths is what the proxy adds, not CPU contention
-between a free-running sim and the client (see router_overhead.py). Target: added p99 < 1 ms per
-chunk at 100 streams.
+A positive time scale (default 2) gives every token a fixed wall-clock write time, which the sim
+logs on the client's monotonic clock. Token times are the client's kernel receive stamps
+(``SO_TIMESTAMPNS``, as loadgen's own client reads), so the direct path, the control, shows
+0.01-0.04 ms at p99 and the difference between the paths is what the proxy adds, not the measuring
+client's own queueing (``--read-stamps`` stamps reads instead: the direct path then shows p99 3-7
+ms at 100 streams on two shared cores). ``--pin`` runs the proxy on a core of its own and the sim
+and the client on the others. Target: added p99 < 1 ms per chunk at 100 streams.
 
-Measured on the shared 2-core development machine (load average 1.0-2.0 from other work): proxy
-CPU 24-38 us per chunk at 100 streams (52-70 us with the earlier aiohttp-client relay, run side by
-side); added per chunk p50 0.03-0.08 ms and p99 under 1 ms in 4 runs of 5 at 1 stream (3.5 ms in
-one at load 2.0), and p50/p99 1.4-2.8 / 3-19 ms at 100 streams. So the target holds at 1 stream
-but not at 100 on this machine: the sim, the client and the proxy then need about 80 us of CPU
-per chunk between them (the direct path about 40) on two cores others are also using, so chunks
-wait for a core, and the direct path (the control) itself shows p99 3-7 ms. Pinning does not
-help on two cores: the sim and the client on one core and the proxy alone on the other made the
-sim itself late (its ITL p99 14 -> 30 ms); the sim alone and the client with the proxy added
-1.9 / 9.4 ms. Figures vary from run to run with that load: compare paths within one run, and CPU
-per chunk across runs.
+Measured on the shared 2-core development machine, 100 streams of 64 tokens, ``--pin``,
+alternating runs of the proxy before and after its parse backlog (``loadgen/capture/reply.py``):
+added per chunk p50 / p99 0.13-0.77 / 3.7-7.9 ms before, 0.2-0.5 / 1.1-3.6 ms after; with replies
+of 256 tokens (fewer requests) 0.2-0.35 / 1.0-1.25 ms; at 1 stream 0.12 / 0.14-0.16 ms. Proxy CPU
+per chunk 35-41 us before, 39-48 us after (the backlog's timer wake-ups). So the target holds at 1
+stream and not at 100. What is left there: an engine writes a decode step's chunks for all its
+streams at once, and the proxy relays them one after another at ~20 us each (one read, one write,
+asyncio's dispatch), so a step's last chunks wait a millisecond or two; each request's handling
+(aiohttp and the session record, ~0.2 ms of the loop, 140 a second here) lands between relays too. p99 < 1 ms at 100
+such streams needs well under 10 us per relayed chunk: a compiled relay, or several proxy
+processes. Figures vary from run to run with the machine's load: compare paths within one run,
+and CPU per chunk across runs.
 
     .venv/bin/python bench/capture_overhead.py                  # 1 and 100 streams; 4 s each
     .venv/bin/python bench/capture_overhead.py -c 100 -d 8 --redact
+    .venv/bin/python bench/capture_overhead.py -c 100 --pin       # the proxy on a core of its own
 
 Prints figures; it is not a test. Everything binds 127.0.0.1 and is stopped at the end.
 """
