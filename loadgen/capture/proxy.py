@@ -10,8 +10,9 @@ aiohttp serves the client and writes the reply's head; the body's pieces go from
 connection's read callback (``upstream.py``) straight to the client's transport (in the upstream's
 own chunk when a read was exactly one, else framed here), so a streamed token costs one socket
 read, one socket write and the meter's line split, with no coroutine step; the meter parses the
-lines later, a slice at a time between relays (``reply.ParseBacklog``). A client slower than the upstream pauses the upstream's reading until it catches
-up; one that reads nothing for the read timeout is cut.
+lines later, a slice at a time between relays (``reply.ParseBacklog``). A client slower than the
+upstream pauses the upstream's reading until it catches up; one that reads nothing for the read
+timeout is cut.
 
 Failures: an upstream that cannot be reached gets the client a 502 with an OpenAI-style error
 body; an upstream error reply (any non-2xx) is passed through as it is; an upstream that breaks
