@@ -166,10 +166,10 @@ def test_cache_aware_keeps_a_growing_conversation_on_one_replica(replicas, route
             messages.append({"role": "assistant", "content": reply})
             served.add(server)
         where[s] = served
+    # Each conversation stays where its prefix is cached. Where a new prefix (no cached match) goes
+    # is the router's choice (the replica with the smaller tree, or the less loaded one, depending
+    # on when it counts the last stream done), so it is not asserted.
     assert all(len(servers) == 1 for servers in where.values()), where
-    # One request at a time: nothing is ever loaded, so every new prefix goes to the same
-    # (first least-loaded) replica. The balance thresholds only act under concurrent load.
-    assert len(set().union(*where.values())) == 1
 
 
 @pytest.mark.parametrize("kind", ROUTERS)

@@ -55,8 +55,10 @@ def run_fleet(tmp_path: Path, router: str, *extra: str) -> Path:
     r = loadgen(
         "run", "--replicas", "2", "--router", router, "--profile", "tiny", "--time-scale", "4",
         "--workload", str(wl), "--concurrency", str(AGENTS), "--num-sessions", str(SESSIONS), "--seed", "5",
-        "--results", str(results), *extra,
+        "--results", str(results), "--max-schedule-lag", "100ms", *extra,
     )  # fmt: skip
+    # The schedule-lag bound is loose: these runs judge the routers, and a busy 2-core machine
+    # (router, two sims, master and worker) can start a session 10 ms late.
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return run_dir(results)
 
