@@ -23,6 +23,7 @@ import orjson
 from loadgen import server_metrics
 from loadgen.errors import UserError
 from loadgen.options import new_run_id
+from loadgen.stop_request import STOP_SIGNAL
 
 LOCUSTFILE = str(Path(__file__).with_name("locustfile.py"))
 
@@ -236,15 +237,42 @@ def _die_with_parent() -> None:
     die_with_parent(signal.SIGTERM)
 
 
-def run_locust(argv: list[str]) -> int:
-    """Run Locust with ``argv`` in a child process; forward SIGINT/SIGTERM; return its exit code."""
+def _master_preexec() -> None:
+    _die_with_parent()
+    # Both survive exec. SIGINT is ignored by the master and the workers it forks: a terminal's
+    # Ctrl-C reaches the whole process group, and only the stop request this process sends is to
+    # stop the run. The request is ignored until the master's runtime takes it (STOP_SIGNAL).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+
+
+def run_locust(argv: list[str], *, master: bool = False) -> int:
+    """Run Locust with ``argv`` in a child process, forward SIGINT/SIGTERM, return its exit code.
+
+    A ``master`` is asked to stop with ``STOP_SIGNAL`` for either (``loadgen.stop_request`` says
+    why not SIGINT or SIGTERM: with SIGINT a finished ``--web`` run now and then went on serving
+    until killed, and a terminal's Ctrl-C, which every process of the group gets, cut the stop's
+    handlers short in the master and the workers, with exit codes 0, 1 or 254 for the same stop).
+    A second Ctrl-C or SIGTERM kills the master: a stop that hangs is not waited on twice. A
+    ``loadgen worker`` keeps SIGINT: a ``--processes`` worker parent waits for its children on
+    the first one.
+    """
     cmd = [sys.executable, "-m", "locust", "-f", LOCUSTFILE, *argv]
     # stdin: Locust reads keys (w, s, ...) from a terminal; a run never takes input that way.
-    proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
+    preexec = _master_preexec if master else _die_with_parent
+    proc = subprocess.Popen(cmd, preexec_fn=preexec, stdin=subprocess.DEVNULL)
+    forwarded = []
 
     def forward(signum: int, _frame: Any) -> None:
-        if proc.poll() is None:
+        if proc.poll() is not None:
+            return
+        if not master:
             proc.send_signal(signal.SIGTERM if signum == signal.SIGTERM else signal.SIGINT)
+        elif forwarded:
+            proc.kill()
+        else:
+            forwarded.append(signum)
+            proc.send_signal(STOP_SIGNAL)
 
     old_int = signal.signal(signal.SIGINT, forward)
     old_term = signal.signal(signal.SIGTERM, forward)
@@ -396,7 +424,7 @@ def run(opts: RunOptions) -> int:
         try:
             argv = locust_args(opts, url, info_path) + process_args(opts)
             argv += opts.extra_locust_args
-            code = run_locust(argv)
+            code = run_locust(argv, master=True)
         finally:
             os.unlink(info_path)
         run_dir = Path(opts.results) / opts.run_id

@@ -43,6 +43,7 @@ from loadgen.options import config_from_options
 from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
+from loadgen.stop_request import STOP_SIGNAL
 from loadgen.verdict import EXIT_GENERATOR_SATURATED, Verdict, decide_verdict
 from loadgen.worker_env import load_plan_workload
 from targets.quiet_gc import quiet_gc
@@ -102,6 +103,7 @@ class LoadgenRuntime:
         self._abort_reason = None
         self._planned_end = False
         self.verdict: Verdict | None = None
+        self._verdict_printed = False
         self.progress: ProgressLine | None = None
         self.last_run_dir: Path | None = None
         self.live_view: Any = None
@@ -130,6 +132,7 @@ class LoadgenRuntime:
             self._await_workers()
         if self.role == "master":
             install_prompt_quit(runner)
+            gevent.signal_handler(STOP_SIGNAL, self._on_stop_request)
             ev.worker_report.add_listener(self._on_worker_report)
             ev.worker_connect.add_listener(self._on_worker_connect)
             runner.register_message(MSG_FINAL, self._on_final)
@@ -311,6 +314,19 @@ class LoadgenRuntime:
         self._quit_requested = self._headless()
         # Outside the caller's greenlet: quit() kills greenlets, possibly the caller's own.
         gevent.spawn(runner.quit if self._quit_requested else runner.stop)
+
+    def _on_stop_request(self) -> None:
+        """The front's stop (``loadgen.stop_request``): quit the runner as a run that reached its
+        end does, then the web UI if there is one (the process ends when it stops serving)."""
+        if not self._quit_requested:
+            self._quit_requested = self._stopping_requested = True
+            gevent.spawn(self._quit_and_stop_serving)
+
+    def _quit_and_stop_serving(self) -> None:
+        self.env.runner.quit()
+        web_ui = getattr(self.env, "web_ui", None)
+        if web_ui is not None:
+            web_ui.stop()
 
     def _headless(self) -> bool:
         return bool(getattr(self.env.parsed_options, "headless", False))
@@ -653,7 +669,8 @@ class LoadgenRuntime:
     def _on_quit(self, **_: Any) -> None:
         # Printed here, not in quitting: Locust prints its own tables after quitting (when not
         # given --json-file), and the verdict must be the last line a CI log shows.
-        if self.verdict is not None:
+        if self.verdict is not None and not self._verdict_printed:
+            self._verdict_printed = True  # Locust's SIGTERM path (kill <pid>) shuts down twice
             print(self.verdict.line, file=sys.stderr, flush=True)
 
     def _on_reset_stats(self, **_: Any) -> None:
