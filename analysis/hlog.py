@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,10 +53,10 @@ def clamp_us(value_us: float) -> int:
     return HIST_LOWEST_US if v < HIST_LOWEST_US else HIST_HIGHEST_US if v > HIST_HIGHEST_US else v
 
 
-def record_clamped(h: HdrHistogram, values: Iterable[float] | np.ndarray) -> HdrHistogram:
+def record_clamped(h: HdrHistogram, values: Sequence[float] | np.ndarray) -> HdrHistogram:
     """Record every value into ``h`` as ``h.record_value(clamp_us(v))`` would, at numpy speed
     (counts, total, min and max alike; floats round half to even, as ``round``). Returns ``h``."""
-    arr = np.asarray(values if isinstance(values, np.ndarray) else list(values))
+    arr = np.asarray(values)
     if not arr.size:
         return h
     if arr.dtype.kind == "f":
