@@ -35,11 +35,20 @@ METRICS = ("ttft", "ttft_sched", "schedule_lag", "itl", "tpot", "e2e", "tokens_p
 
 ERROR_CATEGORIES = (
     "http_3xx", "http_4xx", "http_429", "http_5xx", "timeout", "connection", "stream_cut", "bad_chunk",
+    "empty_reply", "client_network", "cut_at_stop",
 )  # fmt: skip
 # Who is at fault: the request or the target's address (a redirect, a rejected request: fix the
-# client's configuration) vs the server failing or refusing under load (everything else).
+# client's configuration); the generator's own network (its link down, no route, its DNS: the
+# request never left, so it has no send time); a request still on the wire when the stop's drain
+# deadline passed (its outcome is unknown: recorded with what arrived, neither a success nor a
+# server fault); the server failing or refusing under load (everything else, an empty reply
+# included: zero tokens to a request that asked for some).
 CLIENT_ERROR_CATEGORIES = ("http_3xx", "http_4xx")
-SERVER_FAULT_CATEGORIES = tuple(c for c in ERROR_CATEGORIES if c not in CLIENT_ERROR_CATEGORIES)
+GENERATOR_ERROR_CATEGORIES = ("client_network",)
+CUT_AT_STOP = "cut_at_stop"
+SERVER_FAULT_CATEGORIES = tuple(
+    c for c in ERROR_CATEGORIES if c not in (*CLIENT_ERROR_CATEGORIES, *GENERATOR_ERROR_CATEGORIES, CUT_AT_STOP)
+)
 
 # Step kinds of a session's DAG (the record's step_kind); older records have only turn_class.
 STEP_KINDS = ("first", "follow-up", "fan-out child", "join")

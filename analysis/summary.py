@@ -25,7 +25,9 @@ from analysis import hdr, hlog
 from analysis.prompt_check import prompt_tokens_check
 from analysis.records import (
     CLIENT_ERROR_CATEGORIES,
+    CUT_AT_STOP,
     ERROR_CATEGORIES,
+    GENERATOR_ERROR_CATEGORIES,
     METRICS,
     SCHEMA_VERSION,
     SUMMARY_FILE,
@@ -344,12 +346,18 @@ def _errors(measured: list[RequestRecord]) -> dict[str, Any]:
     order = {c: i for i, c in enumerate(ERROR_CATEGORIES)}
     total = sum(by.values())
     client = sum(n for c, n in by.items() if c in CLIENT_ERROR_CATEGORIES)
+    generator = sum(n for c, n in by.items() if c in GENERATOR_ERROR_CATEGORIES)
+    cut = by.get(CUT_AT_STOP, 0)
     return {
         "total": total,
         "rate": _r(total / len(measured), 6) if measured else None,
         "by_category": dict(sorted(by.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))),
-        "server_faults": total - client,
+        "server_faults": total - client - generator - cut,
         "client_errors": client,
+        # The generator's own network failed (the request never left): not the server's fault.
+        "generator_network": generator,
+        # Still on the wire when the stop's drain deadline passed: outcome unknown.
+        "cut_at_stop": cut,
         # Not failures: 429s the server asked to be retried later (Retry-After), and were.
         "throttled_retries": sum(r.throttled for r in measured),
     }
