@@ -29,7 +29,7 @@ from analysis.slo import parse_slos
 from analysis.summary import summarize_results
 from analysis.summary_format import GROUPS, describe_mode, fmt_ms, fmt_num, fmt_pct
 from analysis.svg import Mark, Series, bar_chart, line_chart
-from analysis.sweep import SweepResult, describe_max, key_figures
+from analysis.sweep import HOLDS, HOLDS_WORDS, SLO_MISSED, SweepResult, describe_max, key_figures
 from analysis.target_checks import target_checks_html
 
 RUN_SECTIONS = (
@@ -373,13 +373,14 @@ def render_sweep_report(result: SweepResult) -> str:
     """The HTML page of a sweep: latency percentiles and goodput against the offered rate, and the answer.
 
     The rate is the session arrival rate (``--rate``); throughput and goodput are requests/s."""
-    pts = [(p.rate_per_s, p.ok, p.reasons, key_figures(p.summary)) for p in result.points]
+    pts = [(p.rate_per_s, p.outcome, p.reasons, key_figures(p.summary)) for p in result.points]
     rates = [r for r, *_ in pts]
-    answer = (
-        "none: the SLOs fail at every rate tried"
-        if result.max_rate_per_s is None
-        else f"{result.max_rate_per_s:g} sessions/s"
-    )
+    if result.max_rate_per_s is None:
+        answer = "none: the SLOs fail at every rate tried" if result.exit_code == 3 else "none judged"
+    elif result.exit_code == 0:
+        answer = f"{result.max_rate_per_s:g} sessions/s"
+    else:  # the generator or an incomplete run bounds it: not the server's limit
+        answer = f"at least {result.max_rate_per_s:g} sessions/s, inconclusive above"
     out = [f"<h1>loadgen sweep: max rate {esc(answer)}</h1>",
            f'<p class="meta">{esc(result.method)} over {len(pts)} runs; SLOs {esc(", ".join(result.slos))}</p>',
            f"<p>{esc(describe_max(result))}</p>"]  # fmt: skip
@@ -413,8 +414,14 @@ def render_sweep_report(result: SweepResult) -> str:
     head = ["rate/s", "holds", "ttft p99", "itl p99", "out tok/s", "goodput/s", "errors"]
     head += ["tokens/$"] if priced else []
     rows = []
-    for r, ok, why, f in pts:
-        row = [f"{r:g}", ok_mark(ok, "yes", "no"), fmt_ms((f["latency_ms"].get("ttft") or {}).get("p99")),
+    for r, outcome, why, f in pts:
+        holds = HOLDS_WORDS[outcome]
+        mark = (
+            ok_mark(outcome == HOLDS, holds, holds)
+            if outcome in (HOLDS, SLO_MISSED)
+            else Raw(f'<span class="muted">{esc(holds)}</span>')
+        )
+        row = [f"{r:g}", mark, fmt_ms((f["latency_ms"].get("ttft") or {}).get("p99")),
                fmt_ms((f["latency_ms"].get("itl") or {}).get("p99")), fmt_num(f["output_tokens_per_s"], 1),
                fmt_num(f["goodput_requests_per_s"]), fmt_pct(f["error_rate"])]  # fmt: skip
         row += [fmt_num(f["output_tokens_per_usd"], 0)] if priced else []

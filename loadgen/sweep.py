@@ -25,7 +25,9 @@ import orjson
 from loadgen.errors import UserError
 from loadgen.options import new_run_id
 from loadgen.run import RunOptions, run, validate
-from loadgen.verdict import EXIT_OK, EXIT_REQUEST_FAILURES, EXIT_SLO_MISSED
+
+# A run incomplete or invalid (loadgen/verdict.py's exit 5): a sweep stopped by one has no answer.
+EXIT_INCOMPLETE = 5
 
 SWEEP_SCHEMA_VERSION = 1
 SWEEP_FILE = "sweep.json"
@@ -135,8 +137,9 @@ def plan_from_flags(
 
 def run_sweep(base: RunOptions, plan: SweepPlan) -> tuple[Any, Path]:
     """Run the plan; returns (``analysis.SweepResult``, sweep directory). Raises ``_Stopped``."""
+    from analysis.slo import parse_slos
     from analysis.summary import summarize
-    from analysis.sweep import find_max_rate, grid, key_figures
+    from analysis.sweep import find_max_rate, grid, judge_point, key_figures
 
     validate(base)
     sweep_id = base.run_id or new_run_id(f"sweep-{Path(base.workload).stem}")
@@ -145,6 +148,7 @@ def run_sweep(base: RunOptions, plan: SweepPlan) -> tuple[Any, Path]:
         raise UserError(f"{sweep_dir} already holds results; give another --run-id")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     slo = with_goodput_slos(plan.slo)
+    slo_set = parse_slos(plan.slo)
     done: list[dict[str, Any]] = []
     header = {"schema_version": SWEEP_SCHEMA_VERSION, "sweep_id": sweep_id, "method": plan.method,
               "plan": asdict(plan), "slo_applied": slo, "options": _options(base)}  # fmt: skip
@@ -160,10 +164,18 @@ def run_sweep(base: RunOptions, plan: SweepPlan) -> tuple[Any, Path]:
             summary = summarize(run_dir, slos=slo)
         except ValueError as e:
             raise _Stopped(f"the run at {rate:g}/s cannot be read: {e}") from None
-        if summary["partial"]:
-            raise _Stopped(f"the run at {rate:g}/s did not complete: {summary['partial_reason']}")
-        done.append({"rate_per_s": rate, "exit_code": code, **key_figures(summary)})
+        # A partial run (or exit 5) is judged incomplete, exit 4 the generator's: analysis.sweep.judge_point.
+        summary["exit_code"] = code
+        outcome, _ = judge_point(summary, slo_set, max_error_rate=plan.max_error_rate)
+        done.append({"rate_per_s": rate, "exit_code": code, "outcome": outcome, **key_figures(summary)})
         _write_json(sweep_dir / SWEEP_FILE, {**header, "status": "running", "points": done})
+        if summary.get("status") == "aborted":
+            # Stopped before its end: most often the user's Ctrl-C (or a lost worker under
+            # --on-worker-loss abort, a full disk), which would stop every later point too.
+            raise _Stopped(
+                f"the run at {rate:g}/s was stopped before its end ({summary.get('partial_reason')}): "
+                "neither pass nor fail"
+            )
         return summary
 
     try:
@@ -177,12 +189,6 @@ def run_sweep(base: RunOptions, plan: SweepPlan) -> tuple[Any, Path]:
             sweep_dir / SWEEP_FILE, {**header, "status": "stopped", "stop_reason": str(e), "points": done}
         )
         raise
-    saturated = [p.rate_per_s for p in result.points if p.summary.get("generator_saturated")]
-    if saturated:
-        result.notes.append(
-            f"the generator was saturated at {', '.join(f'{r:g}/s' for r in saturated)}: those rates count as "
-            "not holding; add --workers to measure them"
-        )
     _write_json(sweep_dir / SWEEP_FILE, {**header, "status": "complete", **result.to_dict()})
     return result, sweep_dir
 
@@ -196,23 +202,27 @@ def write_sweep_report(result: Any, sweep_dir: Path) -> Path:
 
 
 def run_sweep_command(flags: dict[str, Any], *, rate_given: bool) -> int:
-    """The click front's call: flags in, exit code out (0: a max rate found; 3: none holds)."""
+    """The click front's call: flags in, exit code out: 0 the server's max rate found (or the SLOs hold
+    at the top of the range); 3 the server missed at every rate; 4 the generator was the limit
+    (inconclusive above the answer: add workers); 5 a point did not complete (neither pass nor fail)."""
     from analysis.sweep import format_sweep
 
     sweep_keys = ("rates", "search", "min_rate", "max_rate", "steps", "max_error_rate")
     own = {k: flags.pop(k) for k in sweep_keys}
-    plan = plan_from_flags(slo=flags.get("slo"), rate_given=rate_given, concurrency=flags.get("concurrency", 0), **own)
+    plan = plan_from_flags(
+        slo=flags.get("slo"), rate_given=rate_given, concurrency=flags.get("concurrency", 0), **own
+    )
     base = RunOptions(**flags)
     try:
         result, sweep_dir = run_sweep(base, plan)
     except _Stopped as e:
         click.echo(f"loadgen sweep: stopped: {e}; the points so far are in {Path(base.results)}", err=True)
-        return EXIT_REQUEST_FAILURES
+        return EXIT_INCOMPLETE
     report = write_sweep_report(result, sweep_dir)
     click.echo("")
     click.echo(format_sweep(result))
     click.echo(f"sweep: {sweep_dir / SWEEP_FILE}, {report}")
-    return EXIT_OK if result.max_rate_per_s is not None else EXIT_SLO_MISSED
+    return result.exit_code
 
 
 def _options(opts: RunOptions) -> dict[str, Any]:

@@ -99,3 +99,19 @@ def test_sweep_flags_are_checked_before_any_run(tmp_path):
     r = loadgen("sweep", "--rates", "1", "--results", str(tmp_path))
     assert r.returncode == 2 and "sweep needs --slo with at least one percentile SLO" in r.stderr
     assert list(tmp_path.iterdir()) == []  # nothing ran, nothing written
+
+
+def test_a_point_whose_generator_fell_behind_is_not_the_servers_miss(tmp_path):
+    # A 1 us bound on the generator's own lag: every point counts as generator-saturated (exit 4),
+    # whatever the server did, so the sweep names no limit of the server's and exits 4 itself.
+    r = loadgen("sweep", *RUN, "--max-schedule-lag", "1us", "--rates", "4", "--results", str(tmp_path),
+                "--run-id", "behind", timeout_s=120)  # fmt: skip
+    assert r.returncode == 4, (r.stdout[-3000:], r.stderr[-3000:])
+    sweep = orjson.loads((tmp_path / "behind" / "sweep.json").read_bytes())
+    (point,) = sweep["points"]
+    assert point["exit_code"] == 4 and point["outcome"] == "generator" and not point["ok"]
+    summary = orjson.loads((tmp_path / "behind" / point["run_id"] / "summary.json").read_bytes())
+    assert summary["generator"]["saturated"]
+    assert sweep["max_rate_per_s"] is None and sweep["limited_by"] == "generator" and sweep["exit_code"] == 4
+    answer = "max rate holding the SLOs: none measured: the generator could not keep up at 4/s (add workers)"
+    assert answer in r.stdout, r.stdout[-3000:]
