@@ -72,6 +72,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import gevent
@@ -81,6 +82,9 @@ from geventhttpclient.response import HTTPParseError, HTTPResponse
 from loadgen import stream_reader
 from loadgen.stream_reader import StreamReader
 from targets.adapters.base import Adapter, BadChunk, PreparedRequest, StreamEvent, Usage
+
+if TYPE_CHECKING:
+    from loadgen.health import ChunkCounts
 
 __all__ = [
     "BAD_CHUNK",
@@ -201,10 +205,13 @@ def _arrival_ns(anc: list) -> int:
 class _StreamState:
     """What a streamed reply has said so far, fed its lines as they come."""
 
-    __slots__ = ("chunk_ns", "chunk_tokens", "done", "error", "parse", "parts", "timings", "usage")
+    __slots__ = ("chunk_ns", "chunk_tokens", "counts", "done", "error", "parse", "parts", "timings", "usage")
 
-    def __init__(self, parse: Callable[[bytes], StreamEvent | None], res: StreamResult) -> None:
+    def __init__(
+        self, parse: Callable[[bytes], StreamEvent | None], res: StreamResult, counts: ChunkCounts | None = None
+    ) -> None:
         self.parse = parse
+        self.counts = counts  # loadgen.health.ChunkCounts: token chunks, and those sharing a recv
         self.chunk_ns = res.chunk_ns
         self.chunk_tokens = res.chunk_tokens
         self.parts: list[str] = []
@@ -217,6 +224,7 @@ class _StreamState:
         """Parse ``lines`` (all received at ``t_recv_ns``); True once the stream has said its last
         (its end marker, or an error)."""
         parse = self.parse
+        counts = self.counts
         for line in lines:
             if not line or line == b"\r":
                 continue
@@ -224,7 +232,12 @@ class _StreamState:
             if ev is None:
                 continue
             if ev.tokens:
-                self.chunk_ns.append(t_recv_ns)
+                chunk_ns = self.chunk_ns
+                if counts is not None:
+                    counts.token_chunks += 1
+                    if chunk_ns and chunk_ns[-1] == t_recv_ns:  # one recv, one stamp: the gap is lost
+                        counts.coalesced += 1
+                chunk_ns.append(t_recv_ns)
                 self.chunk_tokens.append(ev.tokens)
             if ev.text:
                 self.parts.append(ev.text)
@@ -580,7 +593,7 @@ class SessionConnection:
             timer.close()
 
     def _read_stream(self, resp: _Response, adapter: Adapter, res: StreamResult) -> None:
-        st = _StreamState(adapter.new_stream().parse_line, res)
+        st = _StreamState(adapter.new_stream().parse_line, res, getattr(self._recv_delays, "chunks", None))
         chunk_ns = res.chunk_ns
         self._phase = "streaming"
         try:

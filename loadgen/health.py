@@ -21,12 +21,30 @@ ITL p50 when that is longer), as for schedule lag (analysis/summary.py; loadgen/
 ``LOADGEN_TEST_BURN=<busy ms>/<period ms>`` makes the worker burn CPU in a greenlet (busy for the
 first number of milliseconds of every period) so that tests can drive it past saturation on
 purpose. It is for tests and is named in run.json when set.
+
+What the worker measures besides, so that the summary can name *why* it fell behind
+(analysis/generator_health.py decides; docs/performance.md, "Saturation causes"):
+
+* **its own CPU**: process CPU time over wall time, over the run and per ``SAMPLE_S`` interval
+  (the busiest one is kept), and over the windows in which the loop woke at least ``LATE_WAKE_NS``
+  late: near a full core there, the worker's own code held the loop; near zero, the worker was not
+  running at all while it should have been (another process had the CPU).
+* **the machine**: Linux CPU pressure (``/proc/pressure/cpu``: ``some avg10``, its highest value seen,
+  and the ``total`` microseconds over the run), the worker's involuntary context switches
+  (``getrusage``), and steal time (``/proc/stat``). Each read is a small file or a system call,
+  once per ``SAMPLE_S``; each is left out where the system does not have it (no PSI in the
+  container, not Linux).
+* **coalesced token chunks**: the streaming client counts token-bearing chunks, and those that came
+  out of the same ``recv`` as the stream's previous token chunk (one kernel stamp for both: the gap
+  between them is lost). ``recv_delays_ns`` carries the counter (``ChunkCounts``) to every stream.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import gevent
@@ -35,14 +53,148 @@ from hdrh.histogram import HdrHistogram
 
 from analysis.hlog import new_histogram, record_clamped
 
-__all__ = ["BURN_ENV", "GeneratorHealth", "summarize"]
+__all__ = ["BURN_ENV", "ChunkCounts", "Counters", "GeneratorHealth", "RecvDelays", "read_counters", "summarize"]
 
 BURN_ENV = "LOADGEN_TEST_BURN"
 # Receive delays are folded into their histogram in slices of this many (each fold well under 1 ms),
 # and the encoded state is refreshed at most this often in periodic reports.
 FOLD_VALUES = 4096
 SHIP_INTERVAL_S = 5.0
+# The CPU counters are read this often (the busiest interval's own CPU share is kept), and a wake of
+# the loop this late counts its window in the own-CPU-while-late figure.
+SAMPLE_S = 1.0
+LATE_WAKE_NS = 2_000_000
+# A worker's own-CPU-while-late share is only given over at least this much late time.
+MIN_LATE_S = 0.1
+PSI_PATH = "/proc/pressure/cpu"
+STAT_PATH = "/proc/stat"
 _perf_ns = time.perf_counter_ns
+_cpu_ns = time.process_time_ns
+
+
+class ChunkCounts:
+    """Token-bearing chunks a worker's streams received, and how many of them came out of the same
+    ``recv`` as the stream's previous token chunk (``loadgen.client._StreamState.take``)."""
+
+    __slots__ = ("coalesced", "token_chunks")
+
+    def __init__(self) -> None:
+        self.token_chunks = 0
+        self.coalesced = 0
+
+
+class RecvDelays(list):
+    """The list streams append their receive delays to, carrying the worker's ``ChunkCounts``
+    (``chunks``): one object handed to every connection, as the receive delays always were."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks = ChunkCounts()
+
+
+@dataclass(frozen=True)
+class Counters:
+    """One reading of the cumulative counters (None: not available here)."""
+
+    t_ns: int  # perf_counter
+    cpu_ns: int  # this process's CPU time
+    nivcsw: int | None  # involuntary context switches of this process
+    psi_some_us: int | None  # /proc/pressure/cpu "some" total
+    psi_some_avg10: float | None  # its avg10, in percent
+    steal: int | None  # /proc/stat cpu line: steal ticks
+    ticks: int | None  # /proc/stat cpu line: all ticks (user .. steal)
+
+
+def parse_psi(text: str) -> tuple[float, int] | None:
+    """``some avg10`` (percent) and ``some total`` (µs) from /proc/pressure/cpu's text."""
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind != "some":
+            continue
+        fields = dict(f.split("=", 1) for f in rest.split() if "=" in f)
+        try:
+            return float(fields["avg10"]), int(fields["total"])
+        except (KeyError, ValueError):
+            return None
+    return None
+
+
+def parse_stat(text: str) -> tuple[int, int] | None:
+    """Steal ticks and all ticks (user, nice, system, idle, iowait, irq, softirq, steal) from the
+    ``cpu`` line of /proc/stat (guest time is already in user)."""
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            try:
+                v = [int(x) for x in line.split()[1:9]]
+            except ValueError:
+                return None
+            return (v[7], sum(v)) if len(v) == 8 else None
+    return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except (OSError, ValueError):  # absent, or PSI compiled in but off (EOPNOTSUPP)
+        return None
+
+
+def read_counters() -> Counters:
+    """The counters now; each one that this system does not have is None."""
+    try:
+        nivcsw: int | None = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+    except (OSError, AttributeError):
+        nivcsw = None
+    psi_text = _read(PSI_PATH)
+    psi = parse_psi(psi_text) if psi_text else None
+    stat_text = _read(STAT_PATH)
+    stat = parse_stat(stat_text) if stat_text else None
+    return Counters(
+        t_ns=_perf_ns(),
+        cpu_ns=_cpu_ns(),
+        nivcsw=nivcsw,
+        psi_some_us=psi[1] if psi else None,
+        psi_some_avg10=psi[0] if psi else None,
+        steal=stat[0] if stat else None,
+        ticks=stat[1] if stat else None,
+    )
+
+
+def cpu_figures(
+    first: Counters,
+    last: Counters,
+    *,
+    worst_interval_share: float | None = None,
+    avg10_max: float | None = None,
+    late_wakes: int = 0,
+    late_ns: int = 0,
+    late_cpu_ns: int = 0,
+) -> dict[str, Any]:
+    """What a worker ships about its CPU and the machine's, from its first and latest readings."""
+    wall_ns = last.t_ns - first.t_ns
+
+    def delta(name: str) -> int | None:
+        a, b = getattr(first, name), getattr(last, name)
+        return None if a is None or b is None else max(0, b - a)
+
+    psi_us, steal, ticks = delta("psi_some_us"), delta("steal"), delta("ticks")
+    avg10 = [v for v in (avg10_max, first.psi_some_avg10, last.psi_some_avg10) if v is not None]
+    return {
+        "wall_s": round(wall_ns / 1e9, 4),
+        "cpu_s": round(max(0, last.cpu_ns - first.cpu_ns) / 1e9, 4),
+        "worst_interval_share": None if worst_interval_share is None else round(worst_interval_share, 4),
+        "interval_s": SAMPLE_S,
+        "late_wakes": late_wakes,
+        "late_s": round(late_ns / 1e9, 4),
+        "late_cpu_s": round(late_cpu_ns / 1e9, 4),
+        "involuntary_switches": delta("nivcsw"),
+        "pressure_some_s": None if psi_us is None else round(psi_us / 1e6, 4),
+        "pressure_some_avg10_max": max(avg10) if avg10 else None,
+        "steal_share": round(steal / ticks, 4) if steal is not None and ticks else None,
+    }
 
 
 class GeneratorHealth:
@@ -56,7 +208,14 @@ class GeneratorHealth:
         self.period_s = period_s
         self.loop_lag = new_histogram()
         self.recv_delay = new_histogram()
-        self.recv_delays_ns: list[int] = []
+        self.recv_delays_ns = RecvDelays()
+        self.chunks = self.recv_delays_ns.chunks
+        self._first = self._last = read_counters()
+        self._worst_share: float | None = None
+        self._avg10_max: float | None = self._first.psi_some_avg10
+        self.late_wakes = 0
+        self.late_ns = 0
+        self.late_cpu_ns = 0
         self.burn = os.environ.get(BURN_ENV) or None
         self._greenlets: list[gevent.Greenlet] = []
         self._shipped: dict[str, Any] | None = None
@@ -74,13 +233,47 @@ class GeneratorHealth:
 
     def _watch_loop(self) -> None:
         period_ns = int(self.period_s * 1e9)
+        sample_ns = int(SAMPLE_S * 1e9)
         record = self.loop_lag.record_value
+        next_sample = _perf_ns() + sample_ns
         while True:
             t = _perf_ns()
+            c = _cpu_ns()
             gevent.sleep(self.period_s)
-            record(max(1, (_perf_ns() - t - period_ns) // 1000))
+            now = _perf_ns()
+            lag = now - t - period_ns
+            record(max(1, lag // 1000))
+            if lag >= LATE_WAKE_NS:
+                # How much of this late window the worker itself was running: its own work held
+                # the loop (near a full core), or it was not running at all (others had the CPU).
+                self.late_wakes += 1
+                self.late_ns += now - t
+                self.late_cpu_ns += _cpu_ns() - c
+            if now >= next_sample:
+                next_sample = now + sample_ns
+                self._sample()
             if len(self.recv_delays_ns) >= FOLD_VALUES:
                 self._fold()
+
+    def _sample(self) -> Counters:
+        c = read_counters()
+        prev, self._last = self._last, c
+        wall = c.t_ns - prev.t_ns
+        if wall >= SAMPLE_S * 0.5e9:
+            share = (c.cpu_ns - prev.cpu_ns) / wall
+            if self._worst_share is None or share > self._worst_share:
+                self._worst_share = share
+        if c.psi_some_avg10 is not None and (self._avg10_max is None or c.psi_some_avg10 > self._avg10_max):
+            self._avg10_max = c.psi_some_avg10
+        return c
+
+    def cpu_state(self) -> dict[str, Any]:
+        """Own CPU and the machine's counters since ``__init__`` (``cpu_figures``), read now."""
+        last = self._sample()
+        return cpu_figures(
+            self._first, last, worst_interval_share=self._worst_share, avg10_max=self._avg10_max,
+            late_wakes=self.late_wakes, late_ns=self.late_ns, late_cpu_ns=self.late_cpu_ns,
+        )  # fmt: skip
 
     def _fold(self) -> None:
         pending = np.asarray(self.recv_delays_ns, dtype=np.int64)
@@ -99,7 +292,12 @@ class GeneratorHealth:
         if self._shipped is not None and now - self._shipped_at < max_age_s:
             return self._shipped
         self._fold()
-        out: dict[str, Any] = {"loop_lag": self.loop_lag.encode(), "recv_delay": self.recv_delay.encode()}
+        out: dict[str, Any] = {
+            "loop_lag": self.loop_lag.encode(),
+            "recv_delay": self.recv_delay.encode(),
+            "cpu": self.cpu_state(),
+            "chunks": {"token_chunks": self.chunks.token_chunks, "coalesced": self.chunks.coalesced},
+        }
         if self.burn:
             out["test_burn"] = self.burn
         self._shipped, self._shipped_at = out, now
@@ -116,19 +314,75 @@ def _burn(busy_s: float, period_s: float) -> None:
 
 
 def summarize(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """run.json's health figures: the workers' histograms merged exactly, as p50/p99/max in ms."""
+    """run.json's health figures: the workers' histograms merged exactly, as p50/p99/max in ms;
+    their CPU and machine figures (``cpu``: the worst worker's, each by worker under
+    ``by_worker``); their token chunks and coalesced chunks, summed (``coalescing``)."""
     merged: dict[str, HdrHistogram] = {"loop_lag": new_histogram(), "recv_delay": new_histogram()}
     burn = None
-    for st in states.values():
+    by_worker: dict[str, dict[str, Any]] = {}
+    token_chunks = coalesced = 0
+    counted = False
+    for wid, st in states.items():
         health = st.get("health") or {}
         for name, h in merged.items():
             if health.get(name):
                 h.decode_and_add(health[name])
         burn = burn or health.get("test_burn")
+        if health.get("cpu"):
+            by_worker[wid] = worker_cpu(health["cpu"])
+        chunks = health.get("chunks")
+        if chunks:
+            counted = True
+            token_chunks += int(chunks.get("token_chunks") or 0)
+            coalesced += int(chunks.get("coalesced") or 0)
     out: dict[str, Any] = {f"{name}_ms": _figures(h) for name, h in merged.items()}
+    if by_worker:
+        out["cpu"] = {**merge_cpu(list(by_worker.values())), "by_worker": by_worker}
+    if counted:
+        out["coalescing"] = {
+            "token_chunks": token_chunks,
+            "coalesced": coalesced,
+            "share": round(coalesced / token_chunks, 6) if token_chunks else None,
+        }
     if burn:
         out["test_burn"] = burn
     return out
+
+
+def worker_cpu(fig: dict[str, Any]) -> dict[str, Any]:
+    """One worker's shipped CPU figures as shares and rates (None where not measured)."""
+    wall = fig.get("wall_s") or 0.0
+    late = fig.get("late_s") or 0.0
+    ivcsw, psi = fig.get("involuntary_switches"), fig.get("pressure_some_s")
+    return {
+        "wall_s": fig.get("wall_s"),
+        "cpu_share": round(fig["cpu_s"] / wall, 4) if wall and fig.get("cpu_s") is not None else None,
+        "worst_interval_share": fig.get("worst_interval_share"),
+        "late_wakes": fig.get("late_wakes") or 0,
+        "late_s": fig.get("late_s"),
+        "while_late_share": round(fig.get("late_cpu_s", 0.0) / late, 4) if late >= MIN_LATE_S else None,
+        "involuntary_switches_per_s": round(ivcsw / wall, 2) if wall and ivcsw is not None else None,
+        "pressure_some_share": round(psi / wall, 4) if wall and psi is not None else None,
+        "pressure_some_avg10_max": fig.get("pressure_some_avg10_max"),
+        "steal_share": fig.get("steal_share"),
+    }
+
+
+def merge_cpu(workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's figures: each the highest over workers (the worker that fell behind is the one
+    that matters); late wakes summed."""
+
+    def top(key: str) -> float | None:
+        vals = [w[key] for w in workers if w.get(key) is not None]
+        return max(vals) if vals else None
+
+    keys = ("cpu_share", "worst_interval_share", "while_late_share", "involuntary_switches_per_s",
+            "pressure_some_share", "pressure_some_avg10_max", "steal_share")  # fmt: skip
+    return {
+        **{k: top(k) for k in keys},
+        "interval_s": SAMPLE_S,
+        "late_wakes": sum(w.get("late_wakes") or 0 for w in workers),
+    }
 
 
 def _figures(h: HdrHistogram) -> dict[str, Any] | None:
