@@ -3,8 +3,16 @@
 ``compare_runs(a_dir, b_dir)`` returns a dict (docs/results-format.md, "compare") with, for each
 metric (ttft, tpot, itl, e2e, ttft_sched), turn class (all, first, follow-up) and statistic
 (p50, p90, p95, p99, mean): A, B, B - A, B / A and 95% bootstrap intervals of both, plus a one-line
-verdict per headline metric. Values come from the per-request records (raw, not bucketed), so
-they can differ from summary.json's HDR figures in the third significant digit.
+verdict per headline metric.
+
+A and B are each run's own figures, as summary.json (and the demo, report, gate and sweep) give
+them: ``summary.distribution`` of the HDR histograms of the run's measured requests
+(``hdr.percentile_values``, the one percentile of docs/metrics.md), bit for bit. The bootstrap
+resamples the per-request records (raw values: the paired requests when the runs pair up), whose
+own estimate (linear interpolation between raw values, over the pairs) can differ from the HDR
+one: its intervals are moved by that difference (B - A's by the difference of the deltas, B / A's
+by the ratio of the ratios), so they keep their width and sit around the figures printed. The
+CDFs plotted are the same histograms'.
 
 Runs with the same seed and workload fingerprint replayed the same sessions, so requests pair up
 by (session_id, turn_index) and the bootstrap resamples pairs; otherwise each arm is resampled on
@@ -31,12 +39,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from hdrh.histogram import HdrHistogram
 
-from analysis.bootstrap import Sample, bootstrap
+from analysis import hdr, hlog
+from analysis.bootstrap import Interval, Sample, bootstrap
 from analysis.errors import ResultsError
-from analysis.records import RequestRecord
+from analysis.records import RequestRecord, parse_histogram_tag, tag_label
 from analysis.results import RunResults, load_results
-from analysis.summary import summarize_results
+from analysis.summary import distribution, summarize_results
 
 COMPARE_SCHEMA_VERSION = 1
 METRICS = ("ttft", "tpot", "itl", "e2e", "ttft_sched")
@@ -101,19 +111,22 @@ def compare_runs(
         pairing = f"paired by (session_id, turn_index) over {len(pairs):,} request pairs"
     rows = []
     cdfs: dict[str, dict[str, Any]] = {}
+    hists = (_by_metric_and_turn_class(a), _by_metric_and_turn_class(b))
     for metric in METRICS:
         for tc in TURN_CLASSES:
             sa, sb, n_pairs = _samples(a, b, metric, tc, pairs)
-            iv = bootstrap(
+            ha, hb = (h.get((metric, tc)) for h in hists)
+            raw = bootstrap(
                 sa, sb, percentiles, paired=paired, n_boot=n_boot, seed=seed, confidence=confidence
             )
+            iv = _at_hdr_estimates(raw, _estimates(ha, percentiles), _estimates(hb, percentiles))
             values = min(len(sa.pooled_values()), len(sb.pooled_values()))
             for j, stat in enumerate(iv.stats):
                 tail = None if stat == "mean" else round(values * (1 - percentiles[j] / 100), 1)
                 row = _row(metric, tc, stat, iv, j, len(sa), len(sb), n_pairs if paired else None, min_effect)
                 rows.append({**row, "tail": tail, "significant": _judged(row["significant"], tail)})
             if tc == "all" or metric == "ttft":
-                cdfs.setdefault(metric, {})[tc] = {"a": _cdf(sa), "b": _cdf(sb)}
+                cdfs.setdefault(metric, {})[tc] = {"a": _cdf(ha), "b": _cdf(hb)}
     summaries = (summarize_results(a), summarize_results(b))
     warnings = _warnings(a, b, summaries, differences)
     short = [
@@ -302,13 +315,55 @@ def _ms(v: float | None) -> str:
     return f"{v:.2f} ms" if v < 10 else f"{v:.1f} ms" if v < 1000 else f"{v / 1000:.2f} s"
 
 
-def _cdf(sample: Sample) -> list[list[float]]:
-    """[value_ms, fraction] at evenly spaced fractions: enough for an overlaid CDF plot."""
-    v = sample.pooled_values()
-    if not len(v):
+def _by_metric_and_turn_class(res: RunResults) -> dict[tuple[str, str], HdrHistogram]:
+    """The run's histograms of its measured requests (``RunResults.histograms``: what summary.json
+    is computed from) merged per (metric, turn class), "all" included, as ``summary`` merges them."""
+    out: dict[tuple[str, str], HdrHistogram] = {}
+    classes = {tag_label(tc): tc for tc in TURN_CLASSES if tc != "all"}
+    for tag, h in res.histograms().items():
+        metric, tc, _tenant, _target = parse_histogram_tag(tag)
+        for key in ((metric, "all"), (metric, classes.get(tc))):
+            if key[1] is None:
+                continue
+            merged = out.get(key)
+            if merged is None:
+                merged = out[key] = hlog.new_histogram()
+            merged.add(h)
+    return out
+
+
+def _estimates(h: HdrHistogram | None, percentiles: tuple[float, ...]) -> np.ndarray:
+    """The run's own figures (ms): each percentile then the mean, exactly as summary.json has them."""
+    d = distribution(h, percentiles=percentiles)
+    keys = [*(f"p{p:g}" for p in percentiles), "mean"]
+    return np.array([np.nan if d[k] is None else d[k] for k in keys], dtype=float)
+
+
+def _at_hdr_estimates(raw: Interval, a: np.ndarray, b: np.ndarray) -> Interval:
+    """``raw`` (the bootstrap of the records) with the runs' own estimates ``a`` and ``b``, and its
+    intervals moved by the difference between the two estimates (see the module docstring)."""
+    delta_shift = (b - a) - raw.delta
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(a > 0, b / np.where(a > 0, a, 1), np.nan)
+        factor = np.where(raw.ratio > 0, ratio / np.where(raw.ratio > 0, raw.ratio, 1), np.nan)
+    return Interval(
+        raw.stats,
+        a,
+        b,
+        raw.delta_lo + delta_shift,
+        raw.delta_hi + delta_shift,
+        raw.ratio_lo * factor,
+        raw.ratio_hi * factor,
+    )
+
+
+def _cdf(h: HdrHistogram | None) -> list[list[float]]:
+    """[value_ms, fraction] at each bucket (thinned to a few hundred): an overlaid CDF plot of the
+    same histogram the table's figures come from."""
+    if h is None or not h.get_total_count():
         return []
-    q = np.linspace(0, 1, _CDF_POINTS + 1)
-    return [[round(float(x), 4), round(float(p), 4)] for x, p in zip(np.quantile(v, q), q, strict=True)]
+    x, frac = hdr.cdf(hdr.bins(h), max_points=_CDF_POINTS)
+    return [[round(float(v) / 1000.0, 4), round(float(p), 4)] for v, p in zip(x, frac, strict=True)]
 
 
 def _arm(res: RunResults, summary: dict[str, Any]) -> dict[str, Any]:

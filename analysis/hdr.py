@@ -2,7 +2,8 @@
 
 hdrh's own ``get_mean_value`` and iterators walk every bucket in Python (~150 ms per histogram
 at loadgen's 1 µs .. 1 h range); a summary asks for dozens. These functions read the counts once and
-reproduce hdrh's definitions exactly (the tests check equality with hdrh's own answers):
+reproduce hdrh's definitions exactly (the tests check equality with hdrh's own answers).
+``percentile_values`` is the one percentile every loadgen command prints:
 
 * a percentile is the *highest equivalent value* of the first bucket whose cumulative count reaches
   ``max(1, int(p/100 * total + 0.5))`` (the *lowest* for p = 0), as ``get_value_at_percentile``;
@@ -90,6 +91,22 @@ def value_at_percentiles(b: Bins, percentiles: list[float] | tuple[float, ...]) 
     return out
 
 
+def percentile_values(h: HdrHistogram | None, percentiles: list[float] | tuple[float, ...]) -> list[int]:
+    """loadgen's one percentile: the value at each of ``percentiles`` of the histogram ``h`` (0 for
+    an empty one, or None). Every command that prints a percentile (summary.json and what reads
+    it, compare, gate, sweep, the web UI, Prometheus) goes through here: a percentile is the
+    *highest equivalent value* of the first bucket whose cumulative count reaches
+    ``max(1, int(p/100 * total + 0.5))``, as hdrh's ``get_value_at_percentile`` (docs/metrics.md)."""
+    if h is None:
+        return [0 for _ in percentiles]
+    return value_at_percentiles(bins(h), percentiles)
+
+
+def value_at_percentile(h: HdrHistogram | None, percentile: float) -> int:
+    """``percentile_values`` for one percentile."""
+    return percentile_values(h, (percentile,))[0]
+
+
 def mean(b: Bins) -> float:
     total = b.total
     return float((b.counts * b.median).sum() / total) if total else 0.0
@@ -112,4 +129,13 @@ def cdf(b: Bins, *, max_points: int = 400) -> tuple[np.ndarray, np.ndarray]:
     return x, frac
 
 
-__all__ = ["Bins", "bins", "cdf", "mean", "record_many", "value_at_percentiles"]
+__all__ = [
+    "Bins",
+    "bins",
+    "cdf",
+    "mean",
+    "percentile_values",
+    "record_many",
+    "value_at_percentile",
+    "value_at_percentiles",
+]

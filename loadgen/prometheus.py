@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from analysis.hdr import value_at_percentile
 from analysis.hlog import new_histogram
 from analysis.records import ERROR_CATEGORIES, parse_histogram_tag
 from loadgen.exposition import COUNTER, GAUGE, HISTOGRAM, BucketLayout, Family, add_histogram
@@ -90,7 +91,7 @@ def collect(rt: Any) -> list[Family]:
     fams["loadgen_requests_in_flight"].add(requests)
     lag = agg.combined("schedule_lag")
     if lag.get_total_count():
-        fams["loadgen_schedule_lag_p99_seconds"].add(lag.get_value_at_percentile(99) / 1e6)
+        fams["loadgen_schedule_lag_p99_seconds"].add(value_at_percentile(lag, 99.0) / 1e6)
     fams["loadgen_schedule_lag_bound_seconds"].add(cfg.max_schedule_lag_us / 1e6)
     return [*histograms, *fams.values()]
 

@@ -18,8 +18,11 @@ from typing import Any
 
 import orjson
 
+from analysis.hdr import percentile_values
+
 LIVE_METRICS = ("ttft", "tpot", "itl", "e2e", "schedule_lag")
 TURN_CLASSES = (None, "first", "follow-up")
+LIVE_PERCENTILES = (50.0, 95.0, 99.0)  # through analysis.hdr.percentile_values, as every command's
 HISTORY_POINTS = 720  # 12 minutes at one point a second; older points are thinned
 
 
@@ -65,14 +68,15 @@ class LiveView:
             for tc in TURN_CLASSES:
                 h = agg.combined(metric, tc)
                 n = h.get_total_count()
+                p50, p95, p99 = percentile_values(h, LIVE_PERCENTILES)
                 rows.append(
                     {
                         "name": metric,
                         "turn_class": tc or "all",
                         "count": n,
-                        "p50_ms": _ms(h.get_value_at_percentile(50)) if n else None,
-                        "p95_ms": _ms(h.get_value_at_percentile(95)) if n else None,
-                        "p99_ms": _ms(h.get_value_at_percentile(99)) if n else None,
+                        "p50_ms": _ms(p50) if n else None,
+                        "p95_ms": _ms(p95) if n else None,
+                        "p99_ms": _ms(p99) if n else None,
                     }
                 )
         started, sessions, on_wire = self.rt._in_flight_summary()
@@ -111,7 +115,7 @@ class LiveView:
         point: dict[str, Any] = {"t": round(time.time() - self.rt.t0_unix_s, 1)}
         for metric, h in self.rt.aggregate.last_interval_by_metric().items():
             if h.get_total_count():
-                point[metric] = [_ms(h.get_value_at_percentile(p)) for p in (50, 95, 99)]
+                point[metric] = [_ms(v) for v in percentile_values(h, LIVE_PERCENTILES)]
         self.history.append(point)
         if len(self.history) > HISTORY_POINTS:
             self.history = self.history[::2]
