@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from hdrh.histogram import HdrHistogram
 
-from analysis import hdr, hlog
+from analysis import generator_health, hdr, hlog
 from analysis.prompt_check import prompt_tokens_check
 from analysis.records import (
     CLIENT_ERROR_CATEGORIES,
@@ -132,7 +132,11 @@ def summarize_results(
     total_cost = _sum_costs(targets)
     out.update(ctx.group(lambda r: True, lambda tc, tn, tg: True, total_cost))
     out["generator"] = _generator(
-        info, out["metrics"]["schedule_lag"], saturation_lag_ms, (out["metrics"].get("itl") or {}).get("p50")
+        info,
+        out["metrics"]["schedule_lag"],
+        saturation_lag_ms,
+        (out["metrics"].get("itl") or {}).get("p50"),
+        ctx.measured,
     )
     out["generator_saturated"] = out["generator"]["saturated"]
     exact = (info.get("tokenizer") or {}).get("kind") == "huggingface"
@@ -146,11 +150,7 @@ def summarize_results(
     unknown_in = sum(1 for r in ctx.finished if r.ok and r.prompt_tokens is None)
     if unknown_in:
         notes.append(f"{unknown_in} request(s) have no prompt token count; input tokens/s undercounts")
-    if out["generator_saturated"]:
-        notes.append(
-            f"generator saturated: {', '.join(out['generator']['saturated_by'])} over "
-            f"{out['generator']['saturation_bound_ms']} ms; latencies include client-side delay, add workers"
-        )
+    notes.extend(generator_health.generator_notes(out["generator"]))
     out["by_turn_class"] = {
         tc: ctx.label_group("turn_class", tc)
         for tc in _labels({r.turn_class for r in res.records}, ctx.hists, 1, TURN_CLASSES)
@@ -379,32 +379,45 @@ def _cost(
 
 
 def _generator(
-    info: dict[str, Any], lag: dict[str, Any], bound_ms: float | None, itl_p50_ms: float | None = None
+    info: dict[str, Any],
+    lag: dict[str, Any],
+    bound_ms: float | None,
+    itl_p50_ms: float | None = None,
+    measured: list[RequestRecord] | None = None,
 ) -> dict[str, Any]:
-    if bound_ms is None:
-        us = info.get("max_schedule_lag_us")
-        bound_ms = us / 1000.0 if us else DEFAULT_SATURATION_LAG_MS
+    """The ``generator`` section: run.json's figures, each lag signal against its bound, whether the
+    generator kept up, and if not, the measured cause (analysis/generator_health.py)."""
+    us = info.get("max_schedule_lag_us")
+    b = generator_health.bounds(
+        explicit_ms=bound_ms,
+        run_bound_ms=us / 1000.0 if us else None,
+        run_explicit=info.get("max_schedule_lag_explicit"),
+        arrival_gap_mean_ms=generator_health.mean_arrival_gap_ms([r.t_sched_us for r in measured or ()]),
+        itl_p50_ms=itl_p50_ms,
+    )
     p99 = lag.get("p99")
     gen = dict(info.get("generator") or {})
     # Any of the generator's own signals over its bound: its schedule lag, and (when the workers
     # measured them, loadgen/health.py) its event-loop lag and its receive-to-parse delay. A chunk
-    # read late keeps its kernel stamp, so the receive delay only costs accuracy once a stream's
-    # next chunk arrives before the last was read: its bound is the typical ITL when that is longer.
-    recv_bound_ms = max(bound_ms, itl_p50_ms or 0.0)
-    signals = [f"schedule-lag p99 {p99} ms"] if p99 is not None and p99 > bound_ms else []
+    # read late keeps its kernel stamp, so the reading delays only cost accuracy once a stream's
+    # next chunk arrives before the last was read: their bound follows the typical ITL.
+    signals = [f"schedule-lag p99 {p99} ms"] if p99 is not None and p99 > b.schedule_ms else []
     for key, name, limit in (
-        ("loop_lag_ms", "event-loop-lag", bound_ms),
-        ("recv_delay_ms", "receive-delay", recv_bound_ms),
+        ("loop_lag_ms", "event-loop-lag", b.loop_ms),
+        ("recv_delay_ms", "receive-delay", b.recv_ms),
     ):
         fig = gen.get(key) or {}
         if fig.get("p99") is not None and fig["p99"] > limit:
-            signals.append(
-                f"{name} p99 {fig['p99']} ms" + (f" (over ITL p50 {limit:g} ms)" if limit > bound_ms else "")
-            )
+            why = f" (over ITL p50 {limit:g} ms)" if limit > b.schedule_ms else ""
+            if limit < b.schedule_ms:
+                why = f" (over {limit:g} ms)"
+            signals.append(f"{name} p99 {fig['p99']} ms{why}")
+    gen.update(generator_health.coalescing(gen.get("coalescing"), measured))
     gen.update(
-        schedule_lag_p99_ms=p99, saturation_bound_ms=bound_ms, recv_delay_bound_ms=recv_bound_ms,
-        saturated=bool(signals), saturated_by=signals,
+        schedule_lag_p99_ms=p99, saturation_bound_ms=b.schedule_ms, recv_delay_bound_ms=b.recv_ms,
+        loop_lag_bound_ms=b.loop_ms, bound=b.to_dict(), saturated=bool(signals), saturated_by=signals,
     )  # fmt: skip
+    gen.update(generator_health.decide_cause(gen, gen["saturated"]))
     return gen
 
 

@@ -82,10 +82,11 @@ def _verdict(summary: dict[str, Any], slos: list[str]) -> Verdict:
     gen = summary.get("generator") or {}
     if gen.get("saturated"):
         signals = ", ".join(gen.get("saturated_by") or []) or f"schedule-lag p99 {gen.get('schedule_lag_p99_ms')} ms"
+        # The measured cause and its advice (analysis/generator_health.py): the generator's own
+        # CPU (add workers), the machine's CPU taken by others (free it), coalesced reads.
+        cause = gen.get("cause_detail") or "add workers (--workers N) or lower the rate"
         return Verdict(
-            EXIT_GENERATOR_SATURATED,
-            f"generator saturated: {signals} > {gen.get('saturation_bound_ms')} ms; "
-            "add workers (--workers N) or lower the rate",
+            EXIT_GENERATOR_SATURATED, f"generator saturated: {signals} > {gen.get('saturation_bound_ms')} ms; {cause}"
         )
     checks = evaluate_percentile_slos(summary, slos) if slos else []
     missed = [f"{slo} (observed {_ms(obs)})" for slo, obs, ok in checks if not ok]

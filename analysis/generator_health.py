@@ -1,0 +1,311 @@
+"""Was the generator able to keep its schedule and its token timing, and if not, why?
+
+The summary's ``generator`` section is decided here from what the workers measured about
+themselves (``loadgen/health.py``, merged into run.json's ``generator``) and from the records
+(docs/performance.md, "Saturation causes"). Pure functions of dicts and records: no processes.
+
+**Bounds.** Each lag signal's p99 is held against the bound of what it can distort:
+
+* schedule lag shifts arrivals: it matters against the gap between them. Its default bound is
+  ``ARRIVAL_GAP_FRACTION`` of the run's mean scheduled gap between requests, never under the
+  floor (the ``--max-schedule-lag`` default, 10 ms: timer noise on a shared machine) and never
+  over ``BOUND_CEILING_MS``.
+* event-loop lag and receive delay delay the reading of chunks: a chunk read late keeps its kernel
+  stamp, so they cost ITL accuracy only once a stream's next chunk arrives before the last was read.
+  Their default bound is the run's ITL p50, never under the floor (a run whose chunks already
+  coalesce has an ITL p50 near 0); without token gaps (no streamed tokens), the schedule bound.
+
+An explicit ``--max-schedule-lag`` replaces the rule: the schedule lag and the event-loop lag are
+held against it, the receive delay against it or the ITL p50 when that is longer, as before the
+rule. A run.json that does not say whether the bound was explicit (``max_schedule_lag_explicit``)
+is read that way too.
+
+**Causes.** When a signal is over its bound the run is saturated (exit 4); the cause is named from
+the measured figures, in this order:
+
+* ``own_cpu``: the worker's own CPU at ``OWN_CPU_CAPACITY`` of a core or more, over the run, in its
+  busiest interval, or in the windows in which its loop woke late (its own code held the loop).
+* ``machine``: not that, but the machine's CPU was taken by others: CPU pressure (``some``, the
+  share of the run or the highest ``avg10``) at ``PRESSURE_BUSY`` or more, or
+  ``SWITCHES_BUSY_PER_S`` involuntary context switches a second, or steal at ``STEAL_BUSY``.
+* ``coalesced``: token chunks that shared a ``recv`` with the stream's previous one above
+  ``COALESCED_BOUND`` (named with the cause above, or alone when neither was measured).
+* ``undetermined``: none of these measured.
+
+Coalesced chunks above their bound always add a note (the ITL distribution is a lower bound), saturated
+or not: the client cannot tell chunks it read late from chunks the server (or a proxy) wrote in one
+go, so on their own they do not fail the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ARRIVAL_GAP_FRACTION",
+    "BOUND_CEILING_MS",
+    "COALESCED_BOUND",
+    "DEFAULT_FLOOR_MS",
+    "OWN_CPU_CAPACITY",
+    "PRESSURE_BUSY",
+    "STEAL_BUSY",
+    "SWITCHES_BUSY_PER_S",
+    "Bounds",
+    "bounds",
+    "coalescing",
+    "coalescing_from_histograms",
+    "decide_cause",
+    "generator_notes",
+    "mean_arrival_gap_ms",
+]
+
+DEFAULT_FLOOR_MS = 10.0
+ARRIVAL_GAP_FRACTION = 0.10
+BOUND_CEILING_MS = 100.0
+OWN_CPU_CAPACITY = 0.85
+PRESSURE_BUSY = 0.10
+SWITCHES_BUSY_PER_S = 20.0
+STEAL_BUSY = 0.05
+COALESCED_BOUND = 0.05
+
+ADD_WORKERS = "add workers (--workers N) or lower the rate"
+FREE_MACHINE = "free the machine or run the generator elsewhere"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    schedule_ms: float  # schedule lag
+    loop_ms: float  # event-loop lag
+    recv_ms: float  # receive delay
+    source: str  # "explicit" (--max-schedule-lag or the caller), "rule", or "run.json" (before the rule)
+    floor_ms: float
+    arrival_gap_mean_ms: float | None = None
+    itl_p50_ms: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "floor_ms": self.floor_ms,
+            "arrival_gap_mean_ms": self.arrival_gap_mean_ms,
+            "arrival_gap_fraction": ARRIVAL_GAP_FRACTION if self.source == "rule" else None,
+            "ceiling_ms": BOUND_CEILING_MS if self.source == "rule" else None,
+            "itl_p50_ms": self.itl_p50_ms,
+        }
+
+
+def bounds(
+    *,
+    explicit_ms: float | None,
+    run_bound_ms: float | None,
+    run_explicit: bool | None,
+    arrival_gap_mean_ms: float | None,
+    itl_p50_ms: float | None,
+) -> Bounds:
+    """The three signals' bounds (see the module docstring).
+
+    ``explicit_ms``: the caller's bound (``summarize(saturation_lag_ms=...)``), which wins;
+    ``run_bound_ms``/``run_explicit``: run.json's ``max_schedule_lag_us`` (in ms) and
+    ``max_schedule_lag_explicit`` (None where run.json does not say).
+    """
+    itl = itl_p50_ms or 0.0
+    if explicit_ms is not None or run_explicit is None or run_explicit:
+        b = explicit_ms if explicit_ms is not None else (run_bound_ms or DEFAULT_FLOOR_MS)
+        source = "explicit" if explicit_ms is not None or run_explicit else "run.json"
+        return Bounds(b, b, max(b, itl), source, b, arrival_gap_mean_ms, itl_p50_ms)
+    floor = run_bound_ms or DEFAULT_FLOOR_MS
+    schedule = floor
+    if arrival_gap_mean_ms:
+        schedule = max(floor, min(ARRIVAL_GAP_FRACTION * arrival_gap_mean_ms, BOUND_CEILING_MS))
+    token = max(floor, itl) if itl_p50_ms is not None else schedule
+    return Bounds(_r(schedule), _r(token), _r(token), "rule", floor, arrival_gap_mean_ms, itl_p50_ms)
+
+
+def mean_arrival_gap_ms(t_sched_us: Sequence[int]) -> float | None:
+    """The mean gap between the scheduled starts of the run's requests (None under two)."""
+    if len(t_sched_us) < 2:
+        return None
+    return _r((max(t_sched_us) - min(t_sched_us)) / (len(t_sched_us) - 1) / 1000.0)
+
+
+def coalescing(run_figures: dict[str, Any] | None, records: Sequence[Any] | None) -> dict[str, Any]:
+    """Token chunks that shared a ``recv`` (and its one kernel stamp) with the stream's previous one.
+
+    The workers' own count when run.json has it; else the records' zero ITL gaps (each such chunk
+    is a gap of 0 µs), over the records given (the run's measured requests).
+    """
+    fig = run_figures or {}
+    if fig.get("token_chunks"):
+        n, c, source = int(fig["token_chunks"]), int(fig.get("coalesced") or 0), "workers"
+    else:
+        n = sum(r.chunks for r in records or ())
+        c = sum(r.itl_us.count(0) for r in records or ())
+        source = "records"
+    return {
+        "coalesced_share": _r(c / n, 6) if n else None,
+        "coalesced_chunks": c,
+        "token_chunks": n,
+        "coalesced_source": source if n else None,
+        "coalesced_bound": COALESCED_BOUND,
+    }
+
+
+def coalescing_from_histograms(histograms: dict[str, Any]) -> tuple[int, int]:
+    """(coalesced chunks, token chunks) from live histograms keyed by tag (``metric:...``): ITL
+    gaps of 0 µs, clamped to the histogram's 1 µs, over the chunks counted by ``tokens_per_chunk``."""
+    coalesced = chunks = 0
+    for tag, h in histograms.items():
+        metric = tag.partition(":")[0]
+        if metric == "itl":
+            coalesced += h.get_count_at_value(1)
+        elif metric == "tokens_per_chunk":
+            chunks += h.get_total_count()
+    return coalesced, chunks
+
+
+def _own(gen: dict[str, Any]) -> tuple[float | None, str]:
+    """The own-CPU figure that matters most, and where it was measured."""
+    cpu = gen.get("cpu") or {}
+    for value, where in (
+        (cpu.get("while_late_share"), "while its event loop was late"),
+        (cpu.get("worst_interval_share"), f"in its busiest {cpu.get('interval_s') or 1:g} s"),
+        (
+            gen.get("max_cpu_share") if gen.get("max_cpu_share") is not None else cpu.get("cpu_share"),
+            "over the run",
+        ),
+    ):
+        if value is not None and value >= OWN_CPU_CAPACITY:
+            return value, where
+    run = gen.get("max_cpu_share")
+    return (run if run is not None else cpu.get("cpu_share")), "over the run"
+
+
+def _machine(gen: dict[str, Any]) -> tuple[bool, str | None]:
+    """Whether the machine's CPU was measured busy, and its figures in words (None: none measured)."""
+    cpu = gen.get("cpu") or {}
+    share, avg10 = cpu.get("pressure_some_share"), cpu.get("pressure_some_avg10_max")
+    pressure = max(
+        [v for v in (share, None if avg10 is None else avg10 / 100.0) if v is not None], default=None
+    )
+    switches, steal = cpu.get("involuntary_switches_per_s"), cpu.get("steal_share")
+    busy = (
+        (pressure is not None and pressure >= PRESSURE_BUSY)
+        or (switches is not None and switches >= SWITCHES_BUSY_PER_S)
+        or (steal is not None and steal >= STEAL_BUSY)
+    )
+    words = []
+    if avg10 is not None:
+        words.append(
+            f"CPU pressure some avg10 up to {avg10:g}%"
+            + (f" ({_pct(share)} of the run)" if share is not None else "")
+        )
+    elif share is not None:
+        words.append(f"CPU pressure some {_pct(share)} of the run")
+    if switches is not None:
+        words.append(f"{switches:g} involuntary switches/s")
+    if steal is not None:
+        words.append(f"steal {_pct(steal)}")
+    return busy, (", ".join(words) if words else None)
+
+
+def decide_cause(gen: dict[str, Any], saturated: bool) -> dict[str, Any]:
+    """``cause``, ``causes`` and ``cause_detail`` (the words after the signals, advice included).
+
+    ``gen`` holds run.json's figures (``max_cpu_share``, ``cpu``) and the coalescing figures
+    (``coalescing``). Not saturated: no cause, but the measured own share and machine state stay.
+    """
+    own, where = _own(gen)
+    busy, machine_words = _machine(gen)
+    share = gen.get("coalesced_share")
+    coalesced = share is not None and share > COALESCED_BOUND
+    own_full = own is not None and own >= OWN_CPU_CAPACITY
+    out: dict[str, Any] = {
+        "own_cpu_share": own,
+        "machine_busy": busy if machine_words is not None else None,
+        "cause": None,
+        "causes": [],
+        "cause_detail": None,
+    }
+    if not saturated:
+        return out
+    causes = ["own_cpu"] if own_full else ["machine"] if busy else []
+    if coalesced:
+        causes.append("coalesced")
+    if not causes:
+        causes = ["undetermined"]
+    parts = []
+    if own_full:
+        text = f"its own CPU at {_pct(own)} of a core {where}"
+        if busy:
+            text += f" (the machine was busy too: {machine_words})"
+        parts.append(f"{text}; {ADD_WORKERS}")
+    elif busy:
+        parts.append(
+            f"the machine is busy: {machine_words}; loadgen's own CPU was {_pct(own)} of a core: {FREE_MACHINE}"
+        )
+    if coalesced:
+        parts.append(_coalesced_words(gen))
+    if not own_full and not busy:
+        if own is None and machine_words is None:
+            parts.append(ADD_WORKERS)  # a run from before these were measured
+        else:
+            measured = (
+                f"its own CPU was {_pct(own)} of a core"
+                if own is not None
+                else "its own CPU was not measured"
+            )
+            machine = (
+                f"the machine was not measured busy ({machine_words})"
+                if machine_words is not None
+                else "the machine's load was not measured"
+            )
+            parts.append(f"{measured} and {machine}: {ADD_WORKERS}")
+    out.update(cause=causes[0], causes=causes, cause_detail="; ".join(parts))
+    return out
+
+
+def _coalesced_words(gen: dict[str, Any]) -> str:
+    return (
+        f"{_pct(gen['coalesced_share'])} of token chunks shared a receive with the previous one "
+        "(one kernel stamp for two tokens)"
+    )
+
+
+def generator_notes(gen: dict[str, Any]) -> list[str]:
+    """The summary's notes about the generator: saturation with its cause, coalesced chunks."""
+    notes = []
+    if gen.get("saturated"):
+        notes.append(
+            f"generator saturated: {', '.join(gen['saturated_by'])} over {gen['saturation_bound_ms']:g} ms; "
+            f"latencies include client-side delay; {gen.get('cause_detail') or ADD_WORKERS}"
+        )
+    share = gen.get("coalesced_share")
+    if share is not None and share > COALESCED_BOUND:
+        note = f"the ITL distribution is a lower bound: {_coalesced_words(gen)}"
+        if gen.get("coalesced_source") == "records":
+            note += ", counted from the records' zero ITL gaps"
+        if not gen.get("saturated"):
+            busy, words = _machine(gen)
+            own = gen.get("own_cpu_share")
+            if busy or (own is not None and own >= OWN_CPU_CAPACITY):
+                note += (
+                    "; the generator likely read late ("
+                    + (words if busy else f"its own CPU at {_pct(own)}")
+                    + ")"
+                )
+            elif words is not None:
+                note += "; the generator was not measured busy: the server or a proxy may write several chunks at once"
+        notes.append(note)
+    return notes
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "?"
+    v = x * 100.0
+    return f"{v:.0f}%" if v >= 10 else f"{v:.1f}%"
+
+
+def _r(x: float, nd: int = 3) -> float:
+    return round(float(x), nd)
