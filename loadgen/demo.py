@@ -34,6 +34,12 @@ SmolLM2-135M, one CPU thread each) with ``demo-agents-cpu``: the same sessions s
 ~100x slower (``CPU_CHANGES`` says what differs). Before the arms it fits a sim profile to the
 replicas' measured speed, and after them runs the same arms on two sims with it: the simulator's
 prediction, printed beside the measurement (loadgen/predict.py).
+
+Exit code: the arms' own (the worst of their runs' verdicts: 1 request failures, 4 the generator,
+5 a run incomplete...) when any arm failed; otherwise 3 when the expected shape is not met (the
+demo's expectation is its SLO: follow-up-turn TTFT lower with cache_aware by at least
+``EXPECTED_FOLLOW_UP_TTFT_FACTOR``, ``QUICK_EXPECTED_FOLLOW_UP_TTFT_FACTOR`` with ``--quick``), and
+0 when it is. The last line printed says which, in one line (``demo_verdict``).
 """
 
 from __future__ import annotations
@@ -52,6 +58,13 @@ DEMO_AGENTS = 8
 QUICK_AGENTS = 4
 # The shape the published measurement shows, and what the demo is expected to reproduce.
 EXPECTED_FOLLOW_UP_TTFT_FACTOR = {"mean": 2.5, "p95": 4.0}
+# --quick: 4 agents, ~15 follow-up turns an arm. A round-robin arm can land more turns on the
+# replica that already holds them, and a p95 of 15 turns is close to their maximum: less is asked
+# (quick runs measured 2.9-4.8x at the mean, 4.4-6.6x at p95; tests/integration/test_demo_quick.py).
+QUICK_EXPECTED_FOLLOW_UP_TTFT_FACTOR = {"mean": 2.0, "p95": 2.5}
+# A shape not met is the demo's missed SLO: loadgen/verdict.py's exit 3 ("an SLO was missed"), not
+# 1 (request failures), 4 (the generator) or 5 (a run incomplete), which the arms' runs decide.
+EXIT_SHAPE_NOT_MET = 3
 PUBLISHED = "published on two llama.cpp replicas: 110 -> 34 ms at the mean (3.2x), 260 -> 36 ms at p95 (~7x)"
 
 # --engine llama-server: real replicas of the cached SmolLM2-135M on one CPU thread each, which
@@ -111,15 +124,53 @@ def follow_up_factors(dirs: list[Path]) -> dict[str, float | None]:
     return follow_up_ttft_factors(base, other, tuple(EXPECTED_FOLLOW_UP_TTFT_FACTOR))
 
 
-def expectation_line(factors: dict[str, float | None]) -> str:
-    got = []
-    met = True
-    for stat, want in EXPECTED_FOLLOW_UP_TTFT_FACTOR.items():
+def expected_factors(quick: bool) -> dict[str, float]:
+    return QUICK_EXPECTED_FOLLOW_UP_TTFT_FACTOR if quick else EXPECTED_FOLLOW_UP_TTFT_FACTOR
+
+
+def shape_misses(factors: dict[str, float | None], expected: dict[str, float] | None = None) -> list[str]:
+    """What the shape lacks, one item a statistic: ``p95 3.1x (wanted >= 4x)``; empty when met."""
+    misses = []
+    for stat, want in (expected or EXPECTED_FOLLOW_UP_TTFT_FACTOR).items():
         f = factors.get(stat)
-        met = met and f is not None and f >= want
-        got.append(f"{stat} >= {want:g}x ({'-' if f is None else f'{f:.1f}x'})")
-    verdict = "met" if met else "NOT met"
+        if f is None or f < want:
+            misses.append(f"{stat} {'-' if f is None else f'{f:.1f}x'} (wanted >= {want:g}x)")
+    return misses
+
+
+def expectation_line(factors: dict[str, float | None], expected: dict[str, float] | None = None) -> str:
+    want = expected or EXPECTED_FOLLOW_UP_TTFT_FACTOR
+    got = []
+    for stat, w in want.items():
+        f = factors.get(stat)
+        got.append(f"{stat} >= {w:g}x ({'-' if f is None else f'{f:.1f}x'})")
+    verdict = "NOT met" if shape_misses(factors, want) else "met"
     return f"expected shape: follow-up-turn TTFT lower with cache_aware at {', '.join(got)}: {verdict}\n({PUBLISHED})"
+
+
+def demo_verdict(
+    run_code: int, factors: dict[str, float | None], expected: dict[str, float] | None = None
+) -> tuple[int, str]:
+    """(exit code, the demo's last line) from the arms' worst exit code and the shape's factors:
+    a failed arm's code first (its figures cannot show a shape), then 3 when the shape is not met."""
+    if run_code:
+        return run_code, f"loadgen demo: FAIL (exit {run_code}): an arm's run failed; see its verdict above"
+    misses = shape_misses(factors, expected)
+    if misses:
+        return EXIT_SHAPE_NOT_MET, (
+            f"loadgen demo: FAIL (exit {EXIT_SHAPE_NOT_MET}): expected shape not met: follow-up-turn TTFT "
+            f"lower with cache_aware at {', '.join(misses)}"
+        )
+    return 0, "loadgen demo: PASS: expected shape met"
+
+
+def _finish(run_code: int, dirs: list[Path], quick: bool) -> int:
+    factors = follow_up_factors(dirs)
+    expected = expected_factors(quick)
+    click.echo(expectation_line(factors, expected))
+    code, line = demo_verdict(run_code, factors, expected)
+    click.echo(line)
+    return code
 
 
 def run_demo(
@@ -137,8 +188,7 @@ def run_demo(
     )
     click.echo("")
     click.echo(report_ab([a[0] for a in arms], dirs))
-    click.echo(expectation_line(follow_up_factors(dirs)))
-    return code
+    return _finish(code, dirs, quick)
 
 
 def run_llama_demo(*, quick: bool, results: str, max_schedule_lag: str | None = None) -> int:
@@ -160,5 +210,4 @@ def run_llama_demo(*, quick: bool, results: str, max_schedule_lag: str | None = 
     click.echo(report_ab(names, ab.real))
     click.echo("")
     click.echo(report_prediction(names, ab))
-    click.echo(expectation_line(follow_up_factors(ab.real)))
-    return ab.code
+    return _finish(ab.code, ab.real, quick)

@@ -4,7 +4,8 @@ The quick demo runs 4 agents with one session each (4-6 turns, ~15 follow-up tur
 Margins: follow-up-turn TTFT must be at least 2x lower with cache_aware at the mean and 2.5x at
 p95. The full demo expects 2.5x and 4x (8 agents, as in the published measurement); with 4
 agents a round-robin arm can land more turns on the replica that already holds them, and a p95
-over 15 turns is close to their maximum, so the test asks for less. Quick runs on the 2-core
+over 15 turns is close to their maximum, so the quick demo (and the test) asks for less, and
+exits 3 when even that is not met. Quick runs on the 2-core
 development machine measured 2.9x-4.8x (mean) and 4.4x-6.6x (p95). Whatever the ratios, the
 mechanism is checked exactly: every cache_aware follow-up hits the cache of everything its
 previous turn computed, on both replicas, while round-robin misses some.
@@ -59,5 +60,7 @@ def test_quick_demo_cuts_follow_up_ttft_with_cache_aware_routing(tmp_path):
     assert "routing A/B: 4 agents, 4 sessions of demo-agents (seed 7)" in out
     assert "ttft    follow-up  p95" in out
     assert "cache_aware vs round_robin: follow-up-turn TTFT mean " in out
-    assert "expected shape: follow-up-turn TTFT lower with cache_aware at mean >= 2.5x" in out
+    # --quick asks its own margins (the ones above), and exits 0 only when they are met
+    assert "expected shape: follow-up-turn TTFT lower with cache_aware at mean >= 2x" in out
+    assert out.strip().splitlines()[-1] == "loadgen demo: PASS: expected shape met"
     assert "requests per replica" in out
