@@ -16,9 +16,11 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import gevent
+import numpy as np
 from gevent.event import Event
 from gevent.pool import Pool
 
@@ -32,7 +34,11 @@ from workloads.errors import WorkloadError
 
 log = logging.getLogger(__name__)
 
-SESSION_LEAD_NS = 20_000_000  # 20 ms
+# How long before a session's first turn its prompt is built and its connection opened: at least
+# this, and more for a far target (twice its measured connect time, see ``session_lead_ns``), so a
+# first turn never waits for a connection that a pooled client would already hold.
+MIN_SESSION_LEAD_NS = 20_000_000  # 20 ms
+MAX_SESSION_LEAD_NS = 2_000_000_000
 
 
 def connection_options(cfg: RunConfig) -> dict[str, Any]:
@@ -63,12 +69,27 @@ def anchor_ns(t0_unix_s: float) -> int:
     return time.perf_counter_ns() + int((t0_unix_s - time.time()) * 1e9)
 
 
-def build_schedule(plan: Plan, workload) -> list[tuple[int, float]]:
-    """This worker's (session index, intended offset s) pairs, in order."""
-    cfg = plan.config
+@dataclass
+class Schedule:
+    """The run's global arrival offsets (s from the run start, ascending) and how they were cut.
+
+    ``available`` is how many sessions the workload holds (None: it generates them without end);
+    ``cut_by`` names what made the schedule shorter than a trace or session file: ``--duration``,
+    ``--num-sessions``.
+    """
+
+    offsets: np.ndarray
+    available: int | None = None
+    cut_by: list[str] = field(default_factory=list)
+
+
+def global_schedule(cfg: RunConfig, workload) -> Schedule:
+    """Every arrival of the run, the same on the master and on every worker (DESIGN §5)."""
     n = cfg.num_sessions
-    if workload.num_sessions is not None:
-        n = workload.num_sessions if n is None else min(n, workload.num_sessions)
+    available = workload.num_sessions
+    if available is not None:
+        n = available if n is None else min(n, available)
+    cut_by: list[str] = []
     try:
         if cfg.arrival == "trace":
             # A trace bounds itself: take it whole, then cut to the sessions and duration asked.
@@ -81,10 +102,13 @@ def build_schedule(plan: Plan, workload) -> list[tuple[int, float]]:
                 offsets = arrivals.rescale(offsets, time_scale=cfg.trace_time_scale)
             if cfg.trace_rate_per_s is not None:
                 offsets = arrivals.rescale(offsets, rate_per_s=cfg.trace_rate_per_s)
-            if n is not None:
+            available = len(offsets) if available is None else min(available, len(offsets))
+            if n is not None and n < len(offsets):
                 offsets = offsets[:n]
-            if cfg.duration_s is not None:
+                cut_by.append("--num-sessions")
+            if cfg.duration_s is not None and len(offsets) and offsets[-1] >= cfg.duration_s:
                 offsets = offsets[offsets < cfg.duration_s]
+                cut_by.append("--duration")
         else:
             offsets = arrivals.schedule(
                 cfg.arrival,
@@ -94,12 +118,69 @@ def build_schedule(plan: Plan, workload) -> list[tuple[int, float]]:
                 n=n,
                 duration_s=None if n else cfg.duration_s,
             )
+            if cfg.num_sessions and available is not None and cfg.num_sessions < available:
+                cut_by.append("--num-sessions")
     except WorkloadError as e:
         raise UserError(str(e)) from None
-    if n is not None and cfg.duration_s is not None:
+    if n is not None and cfg.duration_s is not None and len(offsets) and offsets[-1] >= cfg.duration_s:
         offsets = offsets[offsets < cfg.duration_s]
-    mine = arrivals.worker_share(len(offsets), plan.n_workers, plan.slot)
+        if "--duration" not in cut_by:
+            cut_by.append("--duration")
+    return Schedule(offsets, available, cut_by)
+
+
+def share_indices(length: int, n_slots: int, slot: int, splits: list[list[int]] | None = None) -> np.ndarray:
+    """Indices of the arrivals of ``slot`` (``k % n_slots == slot``), narrowed by ``splits``.
+
+    A lost worker's share is re-planned onto m survivors as ``[m, j]``: survivor j takes the
+    share's arrivals at positions p (k // n_slots) with ``p % m == j``. A share re-planned again
+    adds another split, applied to ``p // m``: shares nest, stay disjoint and together cover the
+    lost share once, and session k stays session k whoever sends it.
+    """
+    mine = arrivals.worker_share(length, n_slots, slot)
+    if not splits:
+        return mine
+    p = mine // n_slots
+    keep = np.ones(len(mine), dtype=bool)
+    for m, j in splits:
+        keep &= (p % m) == j
+        p = p // m
+    return mine[keep]
+
+
+def build_schedule(plan: Plan, workload) -> list[tuple[int, float]]:
+    """This worker's (session index, intended offset s) pairs, in order."""
+    offsets = global_schedule(plan.config, workload).offsets
+    mine = share_indices(len(offsets), plan.n_workers, plan.slot)
     return [(int(k), float(offsets[k])) for k in mine]
+
+
+def measure_connect_s(base_url: str, options: dict[str, Any], tries: int = 3) -> float | None:
+    """The slowest of ``tries`` connection set-ups to the target (TCP, and TLS for https), in s;
+    None when none succeeded (the run's requests will say why)."""
+    from loadgen.client import SessionConnection
+
+    times = []
+    kwargs = {k: v for k, v in options.items() if k != "recv_delays"}
+    for _ in range(tries):
+        # A target that cannot be reached is the requests' to report: one short try, no more.
+        conn = SessionConnection(base_url, connect_timeout_s=2.0, **kwargs)
+        t = time.perf_counter()
+        conn.preconnect()
+        opened = conn.connections_opened
+        conn.close()
+        if not opened:
+            break
+        times.append(time.perf_counter() - t)
+    return max(times) if times else None
+
+
+def session_lead_ns(connect_s: float | None) -> int:
+    """How far ahead of its first turn a session opens its connection: twice the measured set-up
+    time (a far or slow target), at least 20 ms, at most 2 s."""
+    if connect_s is None:
+        return MIN_SESSION_LEAD_NS
+    return int(min(MAX_SESSION_LEAD_NS, max(MIN_SESSION_LEAD_NS, 2 * connect_s * 1e9)))
 
 
 def _trace_path(cfg) -> str:
@@ -117,7 +198,13 @@ def _trace_path(cfg) -> str:
 
 
 class Driver:
-    """Runs one worker's share of a plan in its own greenlets (independent of any Locust user)."""
+    """Runs one worker's share of a plan in its own greenlets (independent of any Locust user).
+
+    Made in two steps, so the run's clock starts only once every worker is ready: the constructor
+    builds the schedule and measures the target's connection set-up (``ready_info``); ``start``
+    anchors the clock at the run's start and begins the arrivals. ``adopt`` adds a lost worker's
+    share (its arrivals from a given time on) to a running driver.
+    """
 
     def __init__(
         self,
@@ -131,6 +218,7 @@ class Driver:
         recv_delays: list[int] | None = None,
     ) -> None:
         """``recv_delays``: where streams append their receive delays (``loadgen.health``)."""
+        t_prep = time.perf_counter()
         self.plan = plan
         self.worker_id = worker_id
         self.workload = workload
@@ -143,8 +231,9 @@ class Driver:
         self.done = Event()
         self._pool = Pool()
         self._greenlet: gevent.Greenlet | None = None
+        self._runner: gevent.Greenlet | None = None
         cfg = plan.config
-        self.t0_ns = anchor_ns(plan.t0_unix_s)
+        options = {**connection_options(cfg), "recv_delays": recv_delays}
         self.ctx = SessionContext(
             run_id=cfg.run_id,
             worker_id=worker_id,
@@ -157,34 +246,67 @@ class Driver:
             connect_timeout_s=cfg.connect_timeout_s,
             api_key=api_key,
             extra_headers=dict(cfg.extra_headers),
-            t0_ns=self.t0_ns,
+            t0_ns=0,
             on_record=on_record,
             is_stopping=lambda: self._stopping,
             in_flight=self.in_flight,
-            connection_options={**connection_options(cfg), "recv_delays": recv_delays},
+            connection_options=options,
             tokenizer=getattr(workload, "tokenizer", None),
         )
+        self.t0_ns = 0
+        self.schedule = None if cfg.concurrency else global_schedule(cfg, workload)
+        self.connect_s = None if cfg.concurrency else measure_connect_s(cfg.target_url, options)
+        self.session_lead_ns = session_lead_ns(self.connect_s)
+        self.prepare_s = time.perf_counter() - t_prep
+
+    def ready_info(self) -> dict[str, Any]:
+        """What the master needs to start the clock: how long the set-up took, what it measured."""
+        return {
+            "prepare_s": round(self.prepare_s, 4),
+            "connect_s": None if self.connect_s is None else round(self.connect_s, 6),
+            "session_lead_ms": round(self.session_lead_ns / 1e6, 3),
+        }
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, t0_unix_s: float | None = None) -> None:
+        """Anchor the clock at the run start ``t0_unix_s`` (default: the plan's) and begin."""
+        self.t0_ns = self.ctx.t0_ns = anchor_ns(self.plan.t0_unix_s if t0_unix_s is None else t0_unix_s)
         target = self._closed_loop if self.plan.config.concurrency else self._open_loop
-        self._greenlet = gevent.spawn(self._run, target)
+        self._greenlet = gevent.spawn(target)
+        self._runner = gevent.spawn(self._run)
 
-    def _run(self, target: Callable[[], None]) -> None:
+    def _run(self) -> None:
         try:
-            target()
-            self._pool.join()
+            if self._greenlet is not None:
+                self._greenlet.join()
+            self._pool.join()  # sessions, and any adopted share's arrivals, however late they came
         except Exception:
             log.exception("driver failed")
         finally:
             self.done.set()
+
+    def adopt(self, slot: int, splits: list[list[int]], from_s: float) -> bool:
+        """Also send slot ``slot``'s arrivals narrowed by ``splits`` (``share_indices``) that are due
+        at ``from_s`` or later: a lost worker's share. False when this driver can no longer."""
+        if self._stopping or self.schedule is None or not self.t0_ns:
+            return False
+        offsets = self.schedule.offsets
+        mine = share_indices(len(offsets), self.plan.n_workers, slot, splits)
+        share = [(int(k), float(offsets[k])) for k in mine if offsets[k] >= from_s]
+        self._pool.spawn(self._arrivals, share)
+        if self.done.is_set():
+            self.done.clear()
+            self._greenlet = None
+            self._runner = gevent.spawn(self._run)
+        return True
 
     def stop_arrivals(self) -> None:
         """No new sessions and no new turns from now on; requests on the wire finish."""
         self._stopping = True
 
     def drain(self, deadline_s: float) -> None:
-        """Stop arrivals, wait up to ``deadline_s`` for requests on the wire, then cancel the rest."""
+        """Stop arrivals, wait up to ``deadline_s`` for requests on the wire, then cut the rest:
+        each records what arrived as ``cut_at_stop`` (loadgen.session)."""
         self.stop_arrivals()
         end = time.monotonic() + max(0.0, deadline_s)
         while self.in_flight.requests > 0 and time.monotonic() < end:
@@ -202,14 +324,20 @@ class Driver:
 
     # -- arrival loops -------------------------------------------------------------------------
     def _open_loop(self) -> None:
+        assert self.schedule is not None
+        offsets = self.schedule.offsets
+        mine = share_indices(len(offsets), self.plan.n_workers, self.plan.slot)
+        skip = self._skip_before_s
+        self._arrivals([(int(k), float(offsets[k])) for k in mine if skip is None or offsets[k] >= skip])
+
+    def _arrivals(self, share: list[tuple[int, float]]) -> None:
         cfg = self.plan.config
-        for index, offset_s in build_schedule(self.plan, self.workload):
-            if self._skip_before_s is not None and offset_s < self._skip_before_s:
-                continue
+        lead_ns = self.session_lead_ns
+        for index, offset_s in share:
             t_ns = self.t0_ns + int(offset_s * 1e9)
-            # Start the session a little early: its prompt is built and its connection opened
+            # Start the session ahead of time: its prompt is built and its connection opened
             # before the intended time, which run_session then sleeps to.
-            sleep_until_ns(t_ns - SESSION_LEAD_NS)
+            sleep_until_ns(t_ns - lead_ns)
             if self._stopping:
                 return
             session = self.workload.session(cfg.seed, index)

@@ -9,6 +9,7 @@ Locust's own ``--host``. ``config_from_options`` turns parsed options into a val
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import secrets
 import time
@@ -18,9 +19,30 @@ from typing import Any
 from analysis.units import parse_duration_s, parse_rate_per_s
 from loadgen.config import ARRIVAL_CHOICES, RunConfig
 from loadgen.errors import UserError
-from loadgen.run_workload import has_timestamps, parse_options_flag, tokenizer_file_text, workload_file_text
+from loadgen.run_workload import (
+    has_timestamps,
+    load_workload_named,
+    parse_options_flag,
+    tokenizer_file_text,
+    workload_file_text,
+)
 
 DEFAULT_DURATION_S = 60.0
+
+
+def check_positive(flag: str, value: float, hint: str) -> None:
+    """A one-line UserError unless ``value`` is a finite number above 0 (nan and inf included)."""
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{flag} {value:g}: must be a number above 0 ({hint})")
+
+
+def check_session_count(num_sessions: int | None, available: int | None, source: str) -> None:
+    """``--num-sessions`` may cut a workload or a trace, never ask for more than it holds."""
+    if num_sessions and available is not None and num_sessions > available:
+        raise UserError(
+            f"--num-sessions {num_sessions}: {source} holds only {available} sessions; ask for at most "
+            f"{available}, or leave --num-sessions out to replay it whole"
+        )
 
 
 def add_arguments(parser: Any) -> None:
@@ -101,16 +123,18 @@ def config_from_options(options: Any) -> RunConfig:
         raise UserError("--concurrency and --num-sessions must be >= 0")
     dur_text = _opt(options, "duration", "") or ""
     duration_s = duration("duration", dur_text) if dur_text else None
-    if duration_s is None and not num_sessions:
-        duration_s = DEFAULT_DURATION_S
     burstiness = float(_opt(options, "burstiness", 1.0))
-    if burstiness <= 0:
-        raise UserError(f"--burstiness {burstiness} must be > 0 (1 = Poisson, < 1 burstier)")
+    check_positive("--burstiness", burstiness, "1 = Poisson, < 1 burstier")
+    trace_time_scale = float(_opt(options, "trace_time_scale", 1.0))
+    check_positive("--trace-time-scale", trace_time_scale, "it multiplies the trace's gaps: 0.5 replays twice as fast")
     workload = _opt(options, "workload", "agentic-coding")
     workload_format = _opt(options, "workload_format", "") or None
     workload_options = parse_options_flag(_opt(options, "workload_options", "") or "")
     workload_text = workload_file_text(workload)
     tokenizer = _opt(options, "tokenizer", "") or None
+    available = load_workload_named(workload, workload_format, workload_options, tokenizer).num_sessions
+    check_session_count(num_sessions, available, "the workload")
+
     tokenizer_json = tokenizer_file_text(tokenizer) if tokenizer else None
     trace = _opt(options, "trace", "") or None
     trace_text = None
@@ -129,7 +153,10 @@ def config_from_options(options: Any) -> RunConfig:
         if not Path(trace).is_file():
             raise UserError(f"--trace {trace}: no such file")
         trace_text = Path(trace).read_text()
-    trace_time_scale = float(_opt(options, "trace_time_scale", 1.0))
+    if duration_s is None and not num_sessions and available is None and arrival != "trace":
+        # A workload that generates sessions without end runs for the default duration; a trace
+        # or a session file (a capture, a dataset) bounds itself and runs whole.
+        duration_s = DEFAULT_DURATION_S
     trace_rate = None
     if arrival == "trace" and rate_text:
         if trace_time_scale != 1.0:

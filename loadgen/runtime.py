@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
+import signal
 import sys
 import time
 from pathlib import Path
@@ -32,19 +32,20 @@ from locust.runners import STATE_MISSING, STATE_RUNNING, MasterRunner, WorkerRun
 
 from analysis.records import RUN_ABORTED, RUN_COMPLETE, RequestRecord
 from analysis.slo import parse_slos
+from loadgen.accounting import Accounting, Share
 from loadgen.config import Plan, RunConfig
-from loadgen.driver import Driver
+from loadgen.driver import Driver, global_schedule
 from loadgen.errors import UserError
 from loadgen.health import SHIP_INTERVAL_S, GeneratorHealth
 from loadgen.health import summarize as summarize_health
 from loadgen.master_quit import install_prompt_quit
 from loadgen.metrics import Delta, MetricsAggregate, Recorder
-from loadgen.options import config_from_options
+from loadgen.options import check_session_count, config_from_options
 from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
-from loadgen.stop_request import STOP_SIGNAL
-from loadgen.verdict import EXIT_GENERATOR_SATURATED, Verdict, decide_verdict
+from loadgen.stop_request import STOP_SIGNAL, take_sigterm
+from loadgen.verdict import EXIT_INCOMPLETE, Verdict, decide_verdict
 from loadgen.worker_env import load_plan_workload
 from targets.quiet_gc import quiet_gc
 
@@ -54,9 +55,15 @@ MSG_PLAN = "loadgen_plan"
 MSG_DRAIN = "loadgen_drain"
 MSG_FINAL = "loadgen_final"
 MSG_DONE = "loadgen_done"
+MSG_READY = "loadgen_ready"  # worker -> master: the plan is loaded, the target's set-up measured
+MSG_GO = "loadgen_go"  # master -> worker: the run's clock starts at t0
+MSG_ADOPT = "loadgen_adopt"  # master -> worker: also send part of a lost worker's arrivals
 
+# The run starts this long after the last worker is ready, or three times the slowest worker's
+# message round trip if that is longer: the go message reaches every worker before t0.
 START_LEAD_LOCAL_S = 0.2
-START_LEAD_DISTRIBUTED_S = 1.0
+# The most the master waits for its workers to load the plan before it starts without the late.
+READY_WAIT_S = 120.0
 # The most a master waits for its workers to connect, or to handle Locust's spawn message, before
 # it goes on regardless (Locust's own wait, and the drain barrier, handle a worker that never does).
 SPAWN_WAIT_S = 5.0
@@ -102,6 +109,18 @@ class LoadgenRuntime:
         self._quit_requested = False
         self._abort_reason = None
         self._planned_end = False
+        self._draining = False
+        self._drained = Event()
+        self._preparing = False  # plans sent, the clock not started yet
+        self._ready: dict[str, dict[str, Any]] = {}
+        self._plan_sent_at: dict[str, float] = {}
+        self._deferred_replans: list[str] = []
+        self.shares: dict[str, list[Share]] = {}  # the parts of the schedule each worker holds
+        self._run_info_doc: dict[str, Any] = {}
+        self.n_slots = 0
+        self.accounting: Accounting | None = None
+        self._final_sent = False
+        self._parent_pid = 0
         self.verdict: Verdict | None = None
         self._verdict_printed = False
         self.progress: ProgressLine | None = None
@@ -137,11 +156,21 @@ class LoadgenRuntime:
             ev.worker_connect.add_listener(self._on_worker_connect)
             runner.register_message(MSG_FINAL, self._on_final)
             runner.register_message(MSG_DONE, self._on_done)
+            runner.register_message(MSG_READY, self._on_ready)
         if self.role == "worker":
             ev.report_to_master.add_listener(self._on_report_to_master)
             ev.test_stop.add_listener(self._on_worker_test_stop)
             runner.register_message(MSG_PLAN, self._on_plan)
+            runner.register_message(MSG_GO, self._on_go)
+            runner.register_message(MSG_ADOPT, self._on_adopt)
             runner.register_message(MSG_DRAIN, self._on_drain, concurrent=True)
+            ev.quitting.add_listener(self._on_worker_quitting)
+            # A worker forked by --processes dies with its master (a kill -9 of the master must
+            # not leave it sending load that nobody records); it then drains and exits.
+            from targets.fleet.procs import die_with_parent
+
+            self._parent_pid = os.getppid()
+            die_with_parent(signal.SIGTERM)
             from loadgen.master_watch import install_master_watch
 
             install_master_watch(self.env, self._on_master_lost)
@@ -152,6 +181,7 @@ class LoadgenRuntime:
 
     # ================================================================ master / local
     def _on_test_start(self, environment: Any, **_: Any) -> None:
+        take_sigterm(self._on_sigterm)
         if self.role == "master":
             gevent.spawn(self._begin_after_spawn, environment)
         else:
@@ -197,69 +227,117 @@ class LoadgenRuntime:
             self._fatal(f"--results {environment.parsed_options.results}: cannot write there ({e.strerror or e})", 2)
 
     def _start_run(self, cfg: RunConfig) -> None:
+        """Validate, plan the arrivals, hand every worker its plan; the clock starts in ``_go``
+        once every worker has loaded it and measured the target's connection set-up."""
         from loadgen.run_workload import config_workload
 
         self._reset_collector()
         self.config = cfg
         slos = parse_slos(cfg.slos)
         self.aggregate = MetricsAggregate(slos.request_meets if slos.per_request else None)
-        config_workload(cfg)  # validate before any load is sent
-        lead = START_LEAD_LOCAL_S if self.role == "local" or self._workers_all_local() else START_LEAD_DISTRIBUTED_S
-        self.t0_unix_s = time.time() + lead
+        workload = config_workload(cfg)  # validate before any load is sent
+        schedule = None if cfg.concurrency else global_schedule(cfg, workload)
+        if schedule is not None:
+            check_session_count(cfg.num_sessions, schedule.available, "the trace" if cfg.arrival == "trace" else "the workload")
+        self.accounting = Accounting.plan(cfg, schedule, workload)
+        self.t0_unix_s = 0.0
         self.t_end_unix_s = None
+        self.last_run_dir = Path(cfg.results_dir) / cfg.run_id
+        self._run_info_doc = self._run_info(cfg)
+        self._preparing = True
+        if self.role == "local":
+            self.n_slots = 1
+            self._prepare_driver(Plan(cfg, 1, 0, 0.0), worker_id="local")
+            self._go(time.time() + START_LEAD_LOCAL_S)
+            return
+        workers = sorted(c.id for c in self.env.runner.clients.values() if c.state != STATE_MISSING)
+        if not workers:
+            raise UserError("no workers connected; start workers with 'loadgen worker --master-host HOST'")
+        self.n_slots = len(workers)
+        self.accounting.n_slots = self.n_slots
+        for slot, wid in enumerate(workers):
+            self.slots[wid] = slot
+            self.shares[wid] = [Share(slot)]
+            self._plan_sent_at[wid] = time.monotonic()
+            self.env.runner.send_message(MSG_PLAN, Plan(cfg, len(workers), slot, 0.0).to_wire(), client_id=wid)
+        self._greenlets = [gevent.spawn(self._start_when_ready), gevent.spawn(self._watch_workers)]
+
+    def _start_when_ready(self) -> None:
+        """Start the clock once every slot holder is ready (or lost, or late past READY_WAIT_S)."""
+        deadline = time.monotonic() + READY_WAIT_S
+        pending: list[str] = []
+        while not self._stopping_requested:
+            pending = [w for w in self.slots if w not in self._ready and not self._out_of_run(w)]
+            if not pending or time.monotonic() > deadline:
+                break
+            gevent.sleep(0.005)
+        if self._stopping_requested:
+            return
+        for wid in pending:
+            log.error("worker %s did not load its plan within %.0f s; the run starts without it", wid, READY_WAIT_S)
+            self._mark_lost(wid, why=f"not ready within {READY_WAIT_S:.0f} s")
+        if not self._expected_finals():
+            self._abort_reason = "no worker could load the plan"
+            self._preparing = False
+            self._fatal("run incomplete: no worker could load the plan", EXIT_INCOMPLETE)
+            return
+        rtts = [r["rtt_s"] for r in self._ready.values() if r.get("rtt_s") is not None]
+        lead = max(START_LEAD_LOCAL_S, 3 * max(rtts, default=0.0))
+        self._go(time.time() + lead)
+
+    def _go(self, t0_unix_s: float) -> None:
+        """The run's clock starts at ``t0_unix_s``: results open, workers are told, timers start."""
+        cfg = self.config
+        assert cfg is not None
+        self._preparing = False
+        self.t0_unix_s = t0_unix_s
+        self._interval_start = t0_unix_s
         if self.live_view is not None:
             self.live_view.start_over()
         if self.endpoint is not None:
             self.endpoint.invalidate()
-        self._interval_start = self.t0_unix_s
         run_dir = Path(cfg.results_dir) / cfg.run_id
-        self.last_run_dir = run_dir
-        self.writer = ResultsWriter(run_dir, self._run_info(cfg), self.t0_unix_s)
+        self.writer = ResultsWriter(run_dir, self._run_info_doc, t0_unix_s)
         log.info("loadgen run %s: results in %s", cfg.run_id, run_dir)
         if self.role == "local":
-            plan = Plan(cfg, 1, 0, self.t0_unix_s)
-            self._start_driver(plan, worker_id="local")
+            assert self.driver is not None
+            self._cpu_at_plan = time.process_time()
+            self._wall_at_plan = time.monotonic()
+            self.driver.start(t0_unix_s)
+            self._greenlets.append(gevent.spawn(self._local_done_watch, self.driver))
         else:
-            workers = sorted(c.id for c in self.env.runner.clients.values() if c.state != STATE_MISSING)
-            if not workers:
-                raise UserError("no workers connected; start workers with 'loadgen worker --master-host HOST'")
-            for slot, wid in enumerate(workers):
-                self.slots[wid] = slot
-                plan = Plan(cfg, len(workers), slot, self.t0_unix_s)
-                self.env.runner.send_message(MSG_PLAN, plan.to_wire(), client_id=wid)
-            self.writer.update_run(workers=[{"id": w, "slot": s} for w, s in self.slots.items()])
-        self.progress = ProgressLine(cfg, self.t0_unix_s, self.aggregate, self._in_flight_summary)
-        self._greenlets = [gevent.spawn(self._flush_loop)]
+            for wid in self._expected_finals():
+                self.env.runner.send_message(MSG_GO, {"run_id": cfg.run_id, "t0": t0_unix_s}, client_id=wid)
+            self._write_lost()
+            for wid in self._deferred_replans:
+                self._replan(wid)
+            self._deferred_replans = []
+        if self.accounting is not None:
+            self.writer.update_run(accounting=self.accounting.as_dict())
+        self.progress = ProgressLine(cfg, t0_unix_s, self.aggregate, self._in_flight_summary)
+        self._greenlets.append(gevent.spawn(self._flush_loop))
         if cfg.duration_s is not None:
             self._greenlets.append(gevent.spawn(self._stop_after, cfg.duration_s))
         if self.role == "master":
-            self._greenlets.append(gevent.spawn(self._watch_workers))
             from loadgen.master_gc import collect_periodically, freeze_startup_heap
 
             freeze_startup_heap()
             self._greenlets.append(gevent.spawn(collect_periodically))
 
-    def _workers_all_local(self) -> bool:
-        """Whether every connected worker runs on this host (Locust ids are ``hostname_uuid``):
-        then plans arrive in well under the short lead, not the distributed one."""
-        if self.role != "master":
-            return False
-        prefix = socket.gethostname() + "_"
-        return all(wid.startswith(prefix) for wid in self.env.runner.clients)
-
     def _run_info(self, cfg: RunConfig) -> dict[str, Any]:
         info_file = getattr(self.env.parsed_options, "target_info", "") or ""
         return run_info(cfg, role=self.role, target_info_file=info_file)
 
-    def _start_driver(self, plan: Plan, worker_id: str, skip_before_s: float | None = None) -> None:
+    def _prepare_driver(self, plan: Plan, worker_id: str, skip_before_s: float | None = None) -> None:
+        """Load the plan's workload and build its driver (schedule, connection set-up measured);
+        it starts with ``driver.start`` when the run's clock does."""
         cfg = plan.config
         api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         workload = load_plan_workload(cfg)
         self.recorder = Recorder()
         self.plan = plan
         self._done_sent = False
-        self._cpu_at_plan = time.process_time()
-        self._wall_at_plan = time.monotonic()
+        self._final_sent = False
         quiet_gc()
         if self.health is not None:
             self.health.stop()
@@ -274,11 +352,6 @@ class LoadgenRuntime:
             skip_before_s=skip_before_s,
             recv_delays=self.health.recv_delays_ns,
         )
-        self.driver.start()
-        if self.role == "local":
-            self._greenlets.append(gevent.spawn(self._local_done_watch, self.driver))
-        else:
-            gevent.spawn(self._worker_done_watch, self.driver)
 
     def _on_record(self, rec: RequestRecord) -> None:
         self.recorder.record_request(rec)
@@ -322,6 +395,15 @@ class LoadgenRuntime:
             self._quit_requested = self._stopping_requested = True
             gevent.spawn(self._quit_and_stop_serving)
 
+    def _on_sigterm(self) -> None:
+        """SIGTERM to this process (or its group): the run stops as on the front's stop request,
+        draining what is on the wire, and says it was stopped by a signal."""
+        if self.writer is not None and not self._planned_end and not self._abort_reason and not self._stopping_requested:
+            self._abort_reason = (
+                f"stopped by a signal (SIGTERM) after {time.time() - self.t0_unix_s:.1f} s, before its planned end"
+            )
+        self._on_stop_request()
+
     def _quit_and_stop_serving(self) -> None:
         self.env.runner.quit()
         web_ui = getattr(self.env, "web_ui", None)
@@ -356,6 +438,8 @@ class LoadgenRuntime:
         if self.role == "local":
             records = self.aggregate.merge_local(*self.recorder.take())
             self.writer.append_records(records)
+            if self.accounting is not None:
+                self.accounting.count(records)
         now = time.time()
         self.writer.write_intervals(self.aggregate.take_interval(), self._interval_start, now)
         self._interval_start = now
@@ -365,6 +449,8 @@ class LoadgenRuntime:
         records = self.aggregate.merge(delta)
         if self.writer is not None and records:
             self.writer.append_records(records)
+            if self.accounting is not None:
+                self.accounting.count(records)
             self.writer.flush_records()  # on disk now: a kill of the master loses nothing received
             self._stop_if_unwritable()
 
@@ -433,9 +519,29 @@ class LoadgenRuntime:
 
     def _on_final(self, environment: Any, msg: Any, **_: Any) -> None:
         self._on_worker_report(msg.node_id, {"loadgen": msg.data})
+        left = msg.data.get("left")
+        if left and not self._draining and msg.node_id in self.slots and not self._out_of_run(msg.node_id):
+            # Not asked for: the worker was stopped on its own (a signal). Everything it sent is
+            # recorded; its arrivals not yet due go to the others.
+            self._mark_lost(msg.node_id, why=left, left=True)
         self.finals.add(msg.node_id)
         if self._expected_finals() <= self.finals:
             self._all_final.set()
+
+    def _on_ready(self, environment: Any, msg: Any, **_: Any) -> None:
+        """A worker holds its plan: note its set-up figures and the message round trip."""
+        data = msg.data or {}
+        wid = msg.node_id
+        if self.config is None or data.get("run_id") != self.config.run_id or wid not in self.slots:
+            return
+        if data.get("error"):
+            self._mark_lost(wid, why=f"cannot run the plan: {data['error']}")
+            return
+        sent = self._plan_sent_at.get(wid)
+        info = {k: data.get(k) for k in ("prepare_s", "connect_s", "session_lead_ms")}
+        if sent is not None:
+            info["rtt_s"] = round(max(0.0, time.monotonic() - sent - float(data.get("prepare_s") or 0.0)), 6)
+        self._ready[wid] = info
 
     def _on_done(self, environment: Any, msg: Any, **_: Any) -> None:
         self._on_worker_report(msg.node_id, {"loadgen": msg.data})
@@ -484,9 +590,20 @@ class LoadgenRuntime:
         slot, old = free[0]
         now_s = time.time() - self.t0_unix_s
         start_s = max(0.0, now_s + TAKEOVER_LEAD_S)
+        for sh in self.shares.get(old, []):
+            sh.until_s = min(sh.until_s, start_s)
+        # The newcomer sends the lost worker's whole holding from then on: its slot, and any
+        # share of another lost worker it had adopted.
+        self.shares[client_id] = [Share(sh.slot, list(sh.splits), max(sh.from_s, start_s)) for sh in self.shares.get(old, [])]
+        for sh in self.shares[client_id]:
+            if sh.slot != slot or sh.splits:
+                self.env.runner.send_message(
+                    MSG_ADOPT, {"run_id": self.config.run_id, "slot": sh.slot, "splits": sh.splits, "from_s": sh.from_s},
+                    client_id,
+                )  # fmt: skip
         self.lost[old].update(replaced_by=client_id, replaced_at_s=round(now_s, 3), arrivals_from_s=round(start_s, 3))
         self.slots[client_id] = slot
-        plan = Plan(self.config, len({*self.slots.values()}), slot, self.t0_unix_s).to_wire()
+        plan = Plan(self.config, self.n_slots, slot, self.t0_unix_s).to_wire()
         plan["skip_before_s"] = start_s
         self.env.runner.send_message(MSG_PLAN, plan, client_id)
         log.warning(
@@ -518,44 +635,88 @@ class LoadgenRuntime:
             if wid not in self.env.runner.clients and not self._out_of_run(wid) and wid not in self.finals:
                 self._mark_lost(wid)
 
-    def _mark_lost(self, wid: str) -> None:
+    def _mark_lost(self, wid: str, why: str = "missed heartbeats", left: bool = False) -> None:
         state = self.worker_state.get(wid, {})
         info = {
             "worker": wid,
             "pid": state.get("pid"),
             "slot": self.slots.get(wid),
-            "lost_at_s": round(time.time() - self.t0_unix_s, 3),
-            # As of its last report: sessions started after it are not named.
-            "in_flight_sessions": sorted(state.get("sessions", [])),
+            "lost_at_s": round(time.time() - self.t0_unix_s, 3) if self.t0_unix_s else 0.0,
+            "why": why,
+            # As of its last report: sessions started after it are not named. A worker that left
+            # on its own sent everything in its final report: nothing of it is in flight.
+            "in_flight_sessions": [] if left else sorted(state.get("sessions", [])),
         }
+        if left:
+            info["left_cleanly"] = True
         self.lost[wid] = info
         log.error(
-            "worker %s (slot %s) lost: missed heartbeats; %d sessions were in flight",
+            "worker %s (slot %s) lost (%s); %d sessions were in flight",
             wid,
             info["slot"],
+            why,
             len(info["in_flight_sessions"]),
         )
         self._write_lost()
         if self._expected_finals() <= self.finals:
             self._all_final.set()
-        if self.config is not None and self.config.on_worker_loss == "abort":
-            self._abort_reason = f"worker {wid} lost and --on-worker-loss abort"
+        if self.config is not None and self.config.on_worker_loss == "abort" and not self._stopping_requested:
+            self._abort_reason = f"worker {wid} lost ({why}) and --on-worker-loss abort stopped the run"
             self._request_stop()
+            return
+        if not self._expected_finals():
+            if not self._stopping_requested:
+                everyone_left = all(w.get("left_cleanly") for w in self.lost.values())
+                self._abort_reason = (
+                    f"every worker was stopped ({why}) before the run's planned end"
+                    if everyone_left
+                    else "every worker was lost"
+                )
+                self._request_stop()
             return
         standby = self._next_standby()
         if standby is not None:
             self._take_over_lost_slot(standby)
-        if not self._expected_finals():
-            self._abort_reason = "every worker was lost"
-            self._request_stop()
-            return
+        elif self._preparing:
+            self._deferred_replans.append(wid)
+        else:
+            self._replan(wid)
         self._stop_if_all_done()
+
+    def _replan(self, wid: str) -> None:
+        """Hand the lost worker's arrivals not yet due to the workers still running, split evenly:
+        session k stays session k (``loadgen.driver.share_indices``). Closed loops are not
+        re-planned: an agent's sessions follow each other, and the agent is gone."""
+        cfg = self.config
+        if cfg is None or cfg.concurrency or self._stopping_requested or self.writer is None:
+            return
+        survivors = sorted(self._expected_finals())
+        if not survivors:
+            return
+        from_s = max(0.0, time.time() - self.t0_unix_s + TAKEOVER_LEAD_S)
+        held = self.shares.get(wid, [])
+        for sh in held:
+            sh.until_s = min(sh.until_s, from_s)
+        m = len(survivors)
+        for sh in held:
+            for j, survivor in enumerate(survivors):
+                adopted = Share(sh.slot, [*sh.splits, [m, j]], max(sh.from_s, from_s))
+                self.shares.setdefault(survivor, []).append(adopted)
+                self.done_workers.discard(survivor)
+                self.env.runner.send_message(
+                    MSG_ADOPT,
+                    {"run_id": cfg.run_id, "slot": adopted.slot, "splits": adopted.splits, "from_s": adopted.from_s},
+                    survivor,
+                )
+        self.lost[wid].update(replanned_onto=survivors, arrivals_from_s=round(from_s, 3))
+        log.warning("worker %s's arrivals from %.1fs re-planned onto %s", wid, from_s, ", ".join(survivors))
+        self._write_lost()
 
     def _write_lost(self) -> None:
         if self.writer is not None:
             self.writer.update_run(
                 lost_workers=list(self.lost.values()),
-                workers=[{"id": w, "slot": s} for w, s in self.slots.items()],
+                workers=[{"id": w, "slot": s, **self._ready.get(w, {})} for w, s in self.slots.items()],
                 standby_workers=list(self.standby),
             )
 
@@ -563,6 +724,17 @@ class LoadgenRuntime:
     def _on_test_stopping(self, environment: Any, **_: Any) -> None:
         if self.config is None or self.writer is None:
             return
+        if self._draining:  # one drain a run, whichever path asked first; the others wait for it
+            self._drained.wait()
+            return
+        self._draining = True
+        try:
+            self._drain_barrier()
+        finally:
+            self._drained.set()
+
+    def _drain_barrier(self) -> None:
+        assert self.config is not None and self.writer is not None
         self._stopping_requested = True
         deadline = self.config.stop_timeout_s
         if self.role == "master":
@@ -572,6 +744,7 @@ class LoadgenRuntime:
         if self.role == "local":
             if self.driver is not None:
                 self.driver.drain(deadline)
+                self._collect()
             return
         expected = self._expected_finals()
         if not expected:
@@ -605,6 +778,7 @@ class LoadgenRuntime:
                 "(interrupted, stop button, or Locust's --run-time)"
             )
         status = RUN_ABORTED if self._abort_reason else RUN_COMPLETE
+        accounting = self._close_accounting(aborted=status == RUN_ABORTED)
         self.writer.finish(
             status,
             requests_recorded=self.writer.records_written,
@@ -612,6 +786,7 @@ class LoadgenRuntime:
             lost_workers=list(self.lost.values()),
             abort_reason=self._abort_reason,
             generator=self._generator_cpu(),
+            accounting=accounting,
         )
         if self.progress is not None:
             self.progress.finish()
@@ -622,8 +797,8 @@ class LoadgenRuntime:
             if getattr(self.env.parsed_options, "json_file", None):
                 self.env.parsed_options.json_file = None
             self.verdict = Verdict(
-                EXIT_GENERATOR_SATURATED,
-                f"generator failed: {failed}; what was written is readable with 'loadgen report {run_dir}' "
+                EXIT_INCOMPLETE,
+                f"run incomplete: {failed}; what was written is readable with 'loadgen report {run_dir}' "
                 "once there is room",
             )
         else:
@@ -638,6 +813,18 @@ class LoadgenRuntime:
             # nothing else would ever end the process.
             self._quit_requested = True
             gevent.spawn(self.env.runner.quit)
+
+    def _close_accounting(self, *, aborted: bool) -> dict[str, Any] | None:
+        acc = self.accounting
+        if acc is None:
+            return None
+        if self.role == "local":
+            started = {"local": self.driver.sessions_started if self.driver else 0}
+        else:
+            started = {w: int(s.get("started", 0)) for w, s in self.worker_state.items()}
+        lost_shares = {w: self.shares.get(w, []) for w, info in self.lost.items() if "returned_at_s" not in info}
+        acc.close(started_by_worker=started, lost_shares=lost_shares, aborted=aborted)
+        return acc.as_dict()
 
     def _generator_cpu(self) -> dict[str, Any]:
         """Each worker's CPU seconds and share of one core over its part of the run."""
@@ -658,8 +845,19 @@ class LoadgenRuntime:
         return out
 
     def _on_quitting(self, environment: Any, **_: Any) -> None:
-        if self.writer is not None:  # quit without a stop (e.g. SIGTERM): close what we have
+        if self.writer is not None:
+            # Quit without a stop: Locust's SIGTERM handler (a signal to this process or its
+            # group, timeout(1), a dying parent). The run still drains and closes as any stop.
+            if not self._stopping_requested and not self._planned_end and not self._abort_reason:
+                self._abort_reason = (
+                    f"stopped by a signal (SIGTERM) after {time.time() - self.t0_unix_s:.1f} s, before its planned end"
+                )
+            self._on_test_stopping(environment)
             self._on_test_stop(environment)
+        elif self.config is not None and self._preparing and self.verdict is None:
+            self.verdict = Verdict(
+                EXIT_INCOMPLETE, "run incomplete: stopped before its arrivals started (the workers were loading the plan)"
+            )
         if self.verdict is not None:
             environment.process_exit_code = self.verdict.exit_code
         if self.endpoint is not None:
@@ -671,6 +869,8 @@ class LoadgenRuntime:
         # given --json-file), and the verdict must be the last line a CI log shows.
         if self.verdict is not None and not self._verdict_printed:
             self._verdict_printed = True  # Locust's SIGTERM path (kill <pid>) shuts down twice
+            if self.accounting is not None and self.t0_unix_s:
+                print(self.accounting.line(), file=sys.stderr, flush=True)
             print(self.verdict.line, file=sys.stderr, flush=True)
 
     def _on_reset_stats(self, **_: Any) -> None:
@@ -693,17 +893,68 @@ class LoadgenRuntime:
         self._quit_requested = False
         self._abort_reason: str | None = None
         self._planned_end = False
+        self._draining = False
+        self._drained = Event()
+        self._preparing = False
+        self._ready = {}
+        self._plan_sent_at = {}
+        self._deferred_replans = []
+        self.shares = {}
+        self.accounting = None
         self.verdict = None
 
     # ================================================================ worker
     def _on_plan(self, environment: Any, msg: Any, **_: Any) -> None:
+        """Load the plan and measure the target; say so to the master (``MSG_READY``), and start
+        when it says go. A plan that already has its start (a takeover mid-run) starts at once."""
+        t_got = time.monotonic()
+        take_sigterm(self._on_worker_sigterm)
         plan = Plan.from_wire(msg.data)
         if self.driver is not None and not self.driver.done.is_set():
             self.driver.drain(0)
+        self.driver = None
         try:
-            self._start_driver(plan, worker_id=self.env.runner.client_id, skip_before_s=msg.data.get("skip_before_s"))
+            self._prepare_driver(plan, worker_id=self.env.runner.client_id, skip_before_s=msg.data.get("skip_before_s"))
         except Exception as e:
             log.error("worker cannot run the plan: %s", e)
+            message = str(getattr(e, "message", None) or e)
+            self.env.runner.send_message(MSG_READY, {"run_id": plan.config.run_id, "error": message})
+            return
+        assert self.driver is not None
+        if plan.t0_unix_s:
+            self._start_driver(plan.t0_unix_s)
+            return
+        ready = {"run_id": plan.config.run_id, **self.driver.ready_info()}
+        ready["prepare_s"] = round(time.monotonic() - t_got, 4)
+        self.env.runner.send_message(MSG_READY, ready)
+
+    def _on_go(self, environment: Any, msg: Any, **_: Any) -> None:
+        data = msg.data or {}
+        if self.plan is None or self.driver is None or data.get("run_id") != self.plan.config.run_id:
+            return
+        if not self.driver.t0_ns and not self.driver.stopping:
+            self.plan.t0_unix_s = float(data["t0"])
+            self._start_driver(self.plan.t0_unix_s)
+
+    def _start_driver(self, t0_unix_s: float) -> None:
+        assert self.driver is not None
+        self._cpu_at_plan = time.process_time()
+        self._wall_at_plan = time.monotonic()
+        self.driver.start(t0_unix_s)
+        gevent.spawn(self._worker_done_watch, self.driver)
+
+    def _on_adopt(self, environment: Any, msg: Any, **_: Any) -> None:
+        """Part of a lost worker's arrivals: sent from ``from_s`` on, as if they were ours."""
+        data = msg.data or {}
+        d = self.driver
+        if self.plan is None or d is None or data.get("run_id") != self.plan.config.run_id:
+            return
+        was_done = d.done.is_set()
+        if d.adopt(int(data["slot"]), [list(x) for x in data.get("splits") or []], float(data["from_s"])):
+            log.warning("adopting slot %s %s from %.1fs (a lost worker's)", data["slot"], data.get("splits"), data["from_s"])
+            if was_done:
+                self._done_sent = False
+                gevent.spawn(self._worker_done_watch, d)
 
     def _worker_payload(self, final: bool = False) -> dict[str, Any]:
         d = self.driver
@@ -732,7 +983,28 @@ class LoadgenRuntime:
             return
         if self.driver is not None:
             self.driver.drain(float(msg.data.get("deadline_s", 30.0)))
+        self._final_sent = True
         self.env.runner.send_message(MSG_FINAL, self._worker_payload(final=True))
+
+    def _on_worker_sigterm(self) -> None:
+        """SIGTERM to this worker: drain, send everything to the master, then quit."""
+        self._on_worker_quitting(self.env)
+        self.env.runner.quit()
+
+    def _on_worker_quitting(self, environment: Any, **_: Any) -> None:
+        """This worker is shutting down without the master's drain (a signal: SIGTERM to it or its
+        group, its master gone): drain what is on the wire and send it all, then go."""
+        if self.plan is None or self.driver is None or self._final_sent:
+            return
+        if not self.driver.done.is_set():
+            # A forked worker whose master died (it got SIGTERM as it did) has nobody to drain for.
+            deadline_s = 0.0 if os.getppid() != self._parent_pid else self.plan.config.stop_timeout_s
+            log.info("stopping: draining the requests on the wire (up to %g s)", deadline_s)
+            self.driver.drain(deadline_s)
+        self._final_sent = True
+        payload = self._worker_payload(final=True)
+        payload["left"] = "stopped by a signal"
+        self.env.runner.send_message(MSG_FINAL, payload)
 
     def _worker_done_watch(self, driver: Driver) -> None:
         driver.done.wait()
@@ -752,7 +1024,8 @@ class LoadgenRuntime:
         print(f"Error: {message}", file=sys.stderr, flush=True)
         if self.driver is not None and not self.driver.done.is_set():
             self.driver.drain(0)
-        self.env.process_exit_code = EXIT_GENERATOR_SATURATED
+        self._final_sent = True  # nobody to send it to
+        self.env.process_exit_code = EXIT_INCOMPLETE
         gevent.spawn(self.env.runner.quit)
 
     def _on_worker_test_stop(self, environment: Any, **_: Any) -> None:

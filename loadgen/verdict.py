@@ -1,13 +1,20 @@
-"""The run's verdict and exit code, decided after the final reports (DESIGN §5).
+"""The run's verdict and exit code, decided after the final reports (DESIGN §5, docs/exit-codes.md).
 
-Exit codes (headless): 0 pass; 1 request failures (Locust's convention); 3 a percentile SLO was
-missed; 4 the generator itself failed: it was saturated (schedule-lag, event-loop-lag or
-receive-delay p99 over ``--max-schedule-lag``; loadgen/health.py), which makes every other
-number untrustworthy, so it wins, or it lost a worker under ``--on-worker-loss abort``, or lost
-every worker; 2 is a usage error, decided earlier.
+Exit codes mean one thing each, and the first that applies wins:
 
-A worker lost under ``--on-worker-loss continue`` does not change the code (the user chose to go
-on without it), but the verdict line names the lost slots, since their last requests are missing.
+* 5 the run is incomplete or invalid: stopped before its planned end (a signal, the stop button,
+  Locust's ``--run-time``, every worker lost, ``--on-worker-loss abort``, results that could not be
+  written), planned sessions never started, a worker lost with work undone (sessions in flight
+  whose records never arrived), requests cut at the stop (still on the wire when the drain's
+  deadline passed), nothing measured, or every reply empty. None of these runs' figures describe
+  the run that was asked for, so no other verdict is given for them.
+* 4 the generator could not keep its schedule or its token timing (loadgen/health.py): every
+  other figure is then untrustworthy.
+* 3 a percentile SLO was missed.
+* 1 request failures.
+* 0 pass.
+
+2 is a usage error, decided before any load (loadgen/errors.py).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from analysis.records import CUT_AT_STOP
 from analysis.units import format_duration_us
 
 log = logging.getLogger("loadgen")
@@ -28,6 +36,8 @@ EXIT_REQUEST_FAILURES = 1
 EXIT_USAGE = 2
 EXIT_SLO_MISSED = 3
 EXIT_GENERATOR_SATURATED = 4
+EXIT_INCOMPLETE = 5
+EXIT_CODES = (EXIT_OK, EXIT_REQUEST_FAILURES, EXIT_USAGE, EXIT_SLO_MISSED, EXIT_GENERATOR_SATURATED, EXIT_INCOMPLETE)
 
 
 @dataclass
@@ -42,30 +52,59 @@ class Verdict:
 
 
 def verdict_from_summary(summary: dict[str, Any], slos: list[str], run_info: dict[str, Any] | None = None) -> Verdict:
-    """Pure decision from a summary.json dict (and run.json's, for lost workers); see the module docstring."""
+    """Pure decision from a summary.json dict (and run.json's); see the module docstring."""
     info = run_info or {}
-    lost = info.get("lost_workers") or []
-    # A lost worker that reported again and kept its slot had its late reports merged.
-    gone = [w for w in lost if "returned_at_s" not in w]
-    back = [w for w in lost if "returned_at_s" in w]
-    slot_holders = {w.get("id") for w in info.get("workers") or []}
-    if gone and slot_holders and slot_holders <= {w.get("worker") for w in gone}:
-        return Verdict(
-            EXIT_GENERATOR_SATURATED,
-            f"generator failed: every worker was lost (slot {_slots(lost)}); the figures cover only part of the run",
-        )
-    if lost and (info.get("config") or {}).get("on_worker_loss") == "abort":
-        return Verdict(
-            EXIT_GENERATOR_SATURATED,
-            f"generator failed: {_lost_text(lost)} and --on-worker-loss abort stopped the run; "
-            "its figures cover only part of the run",
-        )
+    incomplete = incomplete_reasons(summary, info)
+    if incomplete:
+        return Verdict(EXIT_INCOMPLETE, "run incomplete: " + "; ".join(incomplete))
     verdict = _verdict(summary, slos)
-    if gone:
-        verdict.reason += f"; {_lost_text(gone)}, whose unreported requests are missing"
+    lost = info.get("lost_workers") or []
+    replanned = [w for w in lost if "returned_at_s" not in w]
+    if replanned:
+        verdict.reason += f"; {_lost_text(replanned)} with nothing in flight, its later arrivals sent by the others"
+    back = [w for w in lost if "returned_at_s" in w]
     if back:
         verdict.reason += f"; {_lost_text(back)} and back, whose late reports were merged"
     return verdict
+
+
+def incomplete_reasons(summary: dict[str, Any], info: dict[str, Any]) -> list[str]:
+    """Why the run is not the run that was asked for, one phrase each; [] when it is whole."""
+    reasons: list[str] = []
+    if info.get("status") == "aborted":
+        reasons.append(str(info.get("abort_reason") or "stopped before its planned end"))
+    gone = [w for w in info.get("lost_workers") or [] if "returned_at_s" not in w and not w.get("left_cleanly")]
+    undone = [w for w in gone if w.get("in_flight_sessions")]
+    if undone:
+        sessions = sum(len(w["in_flight_sessions"]) for w in undone)
+        reasons.append(
+            f"{_lost_text(undone)} with {sessions} session{'s' if sessions != 1 else ''} in flight, "
+            "whose unreported requests are missing"
+        )
+    acc = info.get("accounting") or {}
+    not_started = acc.get("sessions_not_started") or {}
+    total_not_started = sum(not_started.values())
+    if total_not_started:
+        detail = ", ".join(f"{n} {why}" for why, n in not_started.items() if n)
+        reasons.append(f"{total_not_started} of {acc.get('arrivals_planned')} planned sessions never started ({detail})")
+    errors = summary.get("errors") or {}
+    cut = errors.get("cut_at_stop") or (errors.get("by_category") or {}).get(CUT_AT_STOP) or 0
+    cut = max(cut, (acc.get("outcomes") or {}).get(CUT_AT_STOP, 0))
+    if cut:
+        stop_s = (info.get("config") or {}).get("stop_timeout_s")
+        after = f" (--stop-timeout {stop_s:g}s)" if isinstance(stop_s, int | float) else ""
+        reasons.append(
+            f"{cut} request{'s were' if cut != 1 else ' was'} still on the wire when the stop's drain deadline "
+            f"passed{after}, recorded as cut_at_stop"
+        )
+    requests = summary.get("requests") or {}
+    measured = requests.get("measured", 0)
+    by = errors.get("by_category") or {}
+    if not measured and not reasons:
+        reasons.append("nothing was measured (no request was sent, or none after the warm-up)")
+    elif measured and not requests.get("ok") and by and set(by) == {"empty_reply"}:
+        reasons.append(f"every reply was empty ({measured} requests, 0 generated tokens)")
+    return reasons
 
 
 def _lost_text(lost: list[dict[str, Any]]) -> str:
@@ -81,12 +120,13 @@ def _verdict(summary: dict[str, Any], slos: list[str]) -> Verdict:
 
     gen = summary.get("generator") or {}
     if gen.get("saturated"):
-        signals = ", ".join(gen.get("saturated_by") or []) or f"schedule-lag p99 {gen.get('schedule_lag_p99_ms')} ms"
-        # The measured cause and its advice (analysis/generator_health.py): the generator's own
-        # CPU (add workers), the machine's CPU taken by others (free it), coalesced reads.
-        cause = gen.get("cause_detail") or "add workers (--workers N) or lower the rate"
+        from analysis.generator_health import ADD_WORKERS, signals_text
+
+        # The signals over their bounds, then the measured cause with its advice: the generator's
+        # own CPU (add workers), the machine's CPU taken by others (free it), coalesced reads.
         return Verdict(
-            EXIT_GENERATOR_SATURATED, f"generator saturated: {signals} > {gen.get('saturation_bound_ms')} ms; {cause}"
+            EXIT_GENERATOR_SATURATED,
+            f"generator saturated: {signals_text(gen)}; {gen.get('cause_detail') or ADD_WORKERS}",
         )
     checks = evaluate_percentile_slos(summary, slos) if slos else []
     missed = [f"{slo} (observed {_ms(obs)})" for slo, obs, ok in checks if not ok]
@@ -98,6 +138,8 @@ def _verdict(summary: dict[str, Any], slos: list[str]) -> Verdict:
     if errors:
         by = (summary.get("errors") or {}).get("by_category") or {}
         detail = ", ".join(f"{k} {v}" for k, v in by.items())
+        if by.get("client_network"):
+            detail += "; client_network is the generator's own network, not the server"
         return Verdict(EXIT_REQUEST_FAILURES, f"{errors} of {measured} requests failed ({detail})")
     met = "; ".join(f"{slo} (observed {_ms(obs)})" for slo, obs, _ in checks)
     return Verdict(EXIT_OK, f"{measured} requests, no failures" + (f"; SLOs met: {met}" if met else ""))
@@ -115,7 +157,7 @@ def decide_verdict(run_dir: Path, config: Any, environment: Any) -> Verdict:
         summary = orjson.loads(write_summary(run_dir).read_bytes())
     except Exception as e:  # the data is on disk; a report bug must not hide it
         log.exception("summary failed")
-        return Verdict(EXIT_USAGE, f"could not summarise {run_dir}: {e}")
+        return Verdict(EXIT_INCOMPLETE, f"run invalid: could not summarise {run_dir}: {e}")
     print(format_summary(summary), flush=True)
     print(f"results: {run_dir}", flush=True)
     try:

@@ -67,6 +67,8 @@ def test_errors_by_category(tiny):
         "by_category": {"http_429": 1},
         "server_faults": 1,  # a 429 is the server refusing load, not a bad request
         "client_errors": 0,
+        "generator_network": 0,
+        "cut_at_stop": 0,
         "throttled_retries": 0,
     }
 

@@ -43,7 +43,7 @@ def test_exact_runs_have_no_default_duration_and_closed_loop_is_labelled() -> No
         (("--host", "localhost:8000"), "--host 'localhost:8000' is not an http(s) URL"),
         (("--host", "http://h", "--rate", "fast"), "--rate: 'fast' is not a rate"),
         (("--host", "http://h", "--duration", "10 parsecs"), "--duration: '10 parsecs' is not a duration"),
-        (("--host", "http://h", "--burstiness", "0"), "--burstiness 0.0 must be > 0"),
+        (("--host", "http://h", "--burstiness", "0"), "--burstiness 0: must be a number above 0"),
         (("--host", "http://h", "--workload", "nope.yaml"), "--workload nope.yaml: no such file"),
         (("--host", "http://h", "--api-key-env", "LOADGEN_TEST_UNSET_VAR"), "LOADGEN_TEST_UNSET_VAR: that environment variable is not set"),
         (("--host", "http://h", "--arrival", "trace"), "--arrival trace needs --trace FILE"),

@@ -6,6 +6,7 @@ from typing import Any
 
 from loadgen.verdict import (
     EXIT_GENERATOR_SATURATED,
+    EXIT_INCOMPLETE,
     EXIT_OK,
     EXIT_REQUEST_FAILURES,
     EXIT_SLO_MISSED,
@@ -58,33 +59,56 @@ def test_a_saturated_generator_exits_4_and_wins_over_everything() -> None:
     assert "--workers" in v.reason
 
 
-def test_a_lost_worker_is_named_but_does_not_change_the_code_when_the_run_continued() -> None:
-    info = {"config": {"on_worker_loss": "continue"}, "lost_workers": [{"worker": "w1", "slot": 2}]}
+def test_a_lost_worker_with_nothing_in_flight_is_named_and_the_run_stands() -> None:
+    # Its arrivals not yet due were re-planned onto the others, and nothing of it was on the wire.
+    info = {"config": {"on_worker_loss": "continue"}, "status": "complete", "lost_workers": [{"worker": "w1", "slot": 2}]}
     v = verdict_from_summary(summary(), [], info)
     assert v.exit_code == EXIT_OK
-    assert v.line.endswith("no failures; 1 worker lost (slot 2), whose unreported requests are missing")
-    two = {**info, "lost_workers": [{"worker": "w1", "slot": 2}, {"worker": "w3", "slot": 0}]}
-    assert "2 workers lost (slot 2, 0)" in verdict_from_summary(summary(errors=1), [], two).reason
+    assert v.line.endswith("no failures; 1 worker lost (slot 2) with nothing in flight, its later arrivals sent by the others")
 
 
-def test_a_run_aborted_by_a_lost_worker_exits_4() -> None:
-    info = {"config": {"on_worker_loss": "abort"}, "lost_workers": [{"worker": "w1", "slot": 1}]}
-    v = verdict_from_summary(summary(), [], info)
-    assert v.exit_code == EXIT_GENERATOR_SATURATED
-    assert v.reason.startswith("generator failed: 1 worker lost (slot 1) and --on-worker-loss abort")
-    # Without a loss, --on-worker-loss abort changes nothing.
-    assert verdict_from_summary(summary(), [], {"config": {"on_worker_loss": "abort"}, "lost_workers": []}).exit_code == 0
+def test_a_lost_worker_with_sessions_in_flight_makes_the_run_incomplete() -> None:
+    lost = [{"worker": "w1", "slot": 2, "in_flight_sessions": ["s-3", "s-5"]}, {"worker": "w3", "slot": 0}]
+    v = verdict_from_summary(summary(errors=1), [], {"status": "complete", "lost_workers": lost})
+    assert v.exit_code == EXIT_INCOMPLETE
+    assert v.reason == "run incomplete: 1 worker lost (slot 2) with 2 sessions in flight, whose unreported requests are missing"
 
 
-def test_a_run_that_lost_every_worker_exits_4() -> None:
-    workers = [{"id": "w0", "slot": 0}, {"id": "w1", "slot": 1}, {"id": "w2", "slot": 1}]
-    lost = [{"worker": "w0", "slot": 0}, {"worker": "w1", "slot": 1}, {"worker": "w2", "slot": 1}]
-    info = {"config": {"on_worker_loss": "continue"}, "workers": workers, "lost_workers": lost}
-    v = verdict_from_summary(summary(), [], info)
-    assert v.exit_code == EXIT_GENERATOR_SATURATED
-    assert v.reason.startswith("generator failed: every worker was lost (slot 0, 1, 1); ")
-    # A slot taken over by a worker that is still there is not a lost run.
-    assert verdict_from_summary(summary(), [], {**info, "lost_workers": lost[:2]}).exit_code == EXIT_OK
+def test_an_aborted_run_exits_5_with_its_reason_whatever_else_it_measured() -> None:
+    for reason in (
+        "worker w1 lost (missed heartbeats) and --on-worker-loss abort stopped the run",
+        "every worker was lost",
+        "stopped by a signal (SIGTERM) after 9.0 s, before its planned end",
+    ):
+        info = {"status": "aborted", "abort_reason": reason}
+        v = verdict_from_summary(summary(ttft_p99_ms=800.0, errors=3, lag_p99_ms=25.0), ["ttft_p99=500ms"], info)
+        assert v.exit_code == EXIT_INCOMPLETE
+        assert v.line == f"loadgen verdict: FAIL (exit 5): run incomplete: {reason}"
+
+
+def test_sessions_not_started_requests_cut_and_nothing_measured_are_incomplete() -> None:
+    acc = {"arrivals_planned": 50, "sessions_not_started": {"worker lost": 13}, "outcomes": {}}
+    v = verdict_from_summary(summary(), [], {"status": "complete", "accounting": acc})
+    assert v.exit_code == EXIT_INCOMPLETE
+    assert "13 of 50 planned sessions never started (13 worker lost)" in v.reason
+
+    cut = summary()
+    cut["errors"] = {"total": 9, "by_category": {"cut_at_stop": 9}, "cut_at_stop": 9}
+    v = verdict_from_summary(cut, [], {"status": "complete", "config": {"stop_timeout_s": 30.0}})
+    assert v.exit_code == EXIT_INCOMPLETE
+    assert "9 requests were still on the wire when the stop's drain deadline passed (--stop-timeout 30s)" in v.reason
+
+    v = verdict_from_summary(summary(measured=0, ttft_p99_ms=None), [], {"status": "complete"})
+    assert v.exit_code == EXIT_INCOMPLETE
+    assert "nothing was measured" in v.reason
+
+
+def test_every_reply_empty_is_an_invalid_run_not_a_pass() -> None:
+    s = summary(errors=42, measured=42)
+    s["errors"]["by_category"] = {"empty_reply": 42}
+    v = verdict_from_summary(s, [], {"status": "complete"})
+    assert v.exit_code == EXIT_INCOMPLETE
+    assert "every reply was empty (42 requests, 0 generated tokens)" in v.reason
 
 
 def test_a_lost_worker_that_came_back_is_named_as_back_and_is_not_a_lost_run() -> None:

@@ -1,0 +1,148 @@
+"""The run's accounting: every arrival planned, every session started or not (and why), and one
+outcome for every request sent (docs/exit-codes.md).
+
+The master keeps one ``Accounting`` per run. It is planned from the same global schedule every
+worker builds (so it knows the run's arrivals before any is sent), counts the outcome of every
+record it writes, and is closed at the end with what the workers reported: how many sessions
+each started, and which shares of the schedule each was given. What is missing then has a
+reason: ``worker lost`` (arrivals a lost worker held that came due before they were re-planned
+onto the others) or ``stopped early`` (the run ended before they came due). The verdict
+(loadgen/verdict.py) reads it from ``run.json``: any session not started makes the run
+incomplete (exit 5).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from analysis.records import CUT_AT_STOP, RequestRecord
+from loadgen.config import RunConfig
+from loadgen.driver import Schedule, share_indices
+
+__all__ = ["Accounting", "Share"]
+
+WORKER_LOST = "worker lost"
+STOPPED_EARLY = "stopped early"
+UNEXPLAINED = "not sent by any worker"
+
+
+@dataclass
+class Share:
+    """Part of the schedule a worker was given: slot ``slot``'s arrivals narrowed by ``splits``
+    (``loadgen.driver.share_indices``), those due in ``[from_s, until_s)``."""
+
+    slot: int
+    splits: list[list[int]] = field(default_factory=list)
+    from_s: float = 0.0
+    until_s: float = float("inf")
+
+
+@dataclass
+class Accounting:
+    """See the module docstring. ``arrivals_planned`` is None for a closed loop bounded by time."""
+
+    arrivals_planned: int | None
+    sessions_available: int | None = None
+    cut_by: list[str] = field(default_factory=list)
+    mode: str = "open-loop"
+    outcomes: Counter = field(default_factory=Counter)
+    sessions_started: int = 0
+    sessions_not_started: dict[str, int] = field(default_factory=dict)
+    offsets: np.ndarray | None = None
+    n_slots: int = 1
+
+    @classmethod
+    def plan(cls, cfg: RunConfig, schedule: Schedule | None, workload: Any) -> Accounting:
+        if schedule is None:  # closed loop: as many sessions as the agents get through
+            limit = cfg.num_sessions
+            if workload.num_sessions is not None:
+                limit = workload.num_sessions if limit is None else min(limit, workload.num_sessions)
+            return cls(None if cfg.duration_s is not None else limit, workload.num_sessions, mode="closed-loop")
+        return cls(
+            len(schedule.offsets), schedule.available, list(schedule.cut_by), offsets=schedule.offsets
+        )
+
+    def count(self, records: Iterable[RequestRecord]) -> None:
+        """One outcome per request sent: ``ok``, or its error category (``cut_at_stop`` included)."""
+        for r in records:
+            self.outcomes["ok" if r.ok else (r.error_category or "unknown")] += 1
+
+    @property
+    def requests_sent(self) -> int:
+        return sum(self.outcomes.values())
+
+    def due(self, shares: list[Share]) -> int:
+        """How many arrivals of ``shares`` fall in their time ranges."""
+        if self.offsets is None:
+            return 0
+        total = 0
+        for sh in shares:
+            idx = share_indices(len(self.offsets), self.n_slots, sh.slot, sh.splits)
+            t = self.offsets[idx]
+            total += int(np.count_nonzero((t >= sh.from_s) & (t < sh.until_s)))
+        return total
+
+    def close(self, *, started_by_worker: dict[str, int], lost_shares: dict[str, list[Share]], aborted: bool) -> None:
+        """Settle the sessions: started (as the workers last reported), and the rest by reason.
+
+        ``lost_shares``: for each worker lost and not back, the shares it held, each cut at the
+        time its arrivals went to another worker (or never, when none could take them).
+        """
+        self.sessions_started = sum(started_by_worker.values())
+        self.sessions_not_started = {}
+        if self.arrivals_planned is None:
+            return
+        missing = max(0, self.arrivals_planned - self.sessions_started)
+        lost = sum(max(0, self.due(shares) - started_by_worker.get(w, 0)) for w, shares in lost_shares.items())
+        lost = min(lost, missing)
+        if lost:
+            self.sessions_not_started[WORKER_LOST] = lost
+        rest = missing - lost
+        if rest:
+            self.sessions_not_started[STOPPED_EARLY if aborted else UNEXPLAINED] = rest
+
+    def as_dict(self) -> dict[str, Any]:
+        failed = {k: v for k, v in sorted(self.outcomes.items()) if k not in ("ok", CUT_AT_STOP)}
+        return {
+            "mode": self.mode,
+            "arrivals_planned": self.arrivals_planned,
+            "sessions_available": self.sessions_available,
+            "schedule_cut_by": list(self.cut_by),
+            "sessions_started": self.sessions_started,
+            "sessions_not_started": dict(self.sessions_not_started),
+            "requests_sent": self.requests_sent,
+            "outcomes": {
+                "ok": self.outcomes.get("ok", 0),
+                "failed": sum(failed.values()),
+                "failed_by_category": failed,
+                CUT_AT_STOP: self.outcomes.get(CUT_AT_STOP, 0),
+            },
+        }
+
+    def line(self) -> str:
+        """The accounting in one line, printed just before the verdict."""
+        d = self.as_dict()
+        out = d["outcomes"]
+        planned = "unbounded (closed loop)" if d["arrivals_planned"] is None else str(d["arrivals_planned"])
+        parts = [f"{planned} sessions planned"]
+        if d["sessions_available"] is not None and self.cut_by:
+            parts[0] += f" (of {d['sessions_available']} in the workload; cut by {', '.join(self.cut_by)})"
+        not_started = sum(d["sessions_not_started"].values())
+        started = f"{d['sessions_started']} started"
+        if not_started:
+            started += f", {not_started} not started (" + ", ".join(
+                f"{n} {why}" for why, n in d["sessions_not_started"].items()
+            ) + ")"
+        parts.append(started)
+        fails = ", ".join(f"{k} {v}" for k, v in out["failed_by_category"].items())
+        parts.append(
+            f"{d['requests_sent']} requests sent: {out['ok']} ok, {out['failed']} failed"
+            + (f" ({fails})" if fails else "")
+            + f", {out[CUT_AT_STOP]} cut at stop"
+        )
+        return "loadgen accounting: " + "; ".join(parts)
