@@ -15,26 +15,33 @@ themselves (``loadgen/health.py``, merged into run.json's ``generator``) and fro
   Their default bound is the run's ITL p50, never under the floor (a run whose chunks already
   coalesce has an ITL p50 near 0); without token gaps (no streamed tokens), the schedule bound.
 
+A fourth signal under the rule: token chunks that shared a ``recv`` with the stream's previous one
+(one kernel stamp for two tokens) above ``COALESCED_BOUND``, when the generator was measured busy
+(below) and its event-loop lag p99 was over the ITL p50 (it read later than the next token came).
+
 An explicit ``--max-schedule-lag`` replaces the rule: the schedule lag and the event-loop lag are
 held against it, the receive delay against it or the ITL p50 when that is longer, as before the
-rule. A run.json that does not say whether the bound was explicit (``max_schedule_lag_explicit``)
-is read that way too.
+rule, and coalesced chunks are a note only. A run.json that does not say whether the bound was
+explicit (``max_schedule_lag_explicit``) is read that way too.
 
 **Causes.** When a signal is over its bound the run is saturated (exit 4); the cause is named from
 the measured figures, in this order:
 
-* ``own_cpu``: the worker's own CPU at ``OWN_CPU_CAPACITY`` of a core or more, over the run, in its
-  busiest interval, or in the windows in which its loop woke late (its own code held the loop).
-* ``machine``: not that, but the machine's CPU was taken by others: CPU pressure (``some``, the
-  share of the run or the highest ``avg10``) at ``PRESSURE_BUSY`` or more, or
-  ``SWITCHES_BUSY_PER_S`` involuntary context switches a second, or steal at ``STEAL_BUSY``.
-* ``coalesced``: token chunks that shared a ``recv`` with the stream's previous one above
-  ``COALESCED_BOUND`` (named with the cause above, or alone when neither was measured).
-* ``undetermined``: none of these measured.
+* ``own_cpu``: the worker's own CPU at ``OWN_CPU_CAPACITY`` of a core or more, over the run or in
+  its busiest interval, or running at least ``OWN_WHILE_LATE`` of the time its loop was late (its
+  own code held the loop, even where others took part of the CPU from it).
+* ``machine``: not that, but the machine's CPU was taken by others: CPU pressure (``some``, its
+  share of the run) at ``PRESSURE_BUSY`` or more, steal at ``STEAL_BUSY``, ``SWITCHES_BUSY_PER_S``
+  involuntary context switches a second, or the worker running no more than
+  ``DESCHEDULED_WHILE_LATE`` of the time its loop was late (it was not on a CPU when it should have
+  been).
+* ``coalesced``: coalesced chunks above ``COALESCED_BOUND``, named with the cause above, or alone
+  when neither was measured.
+* ``undetermined``: none of these measured (the figures are given).
 
-Coalesced chunks above their bound always add a note (the ITL distribution is a lower bound), saturated
-or not: the client cannot tell chunks it read late from chunks the server (or a proxy) wrote in one
-go, so on their own they do not fail the run.
+Coalesced chunks above their bound always add a note (the ITL distribution is a lower bound),
+saturated or not: where the generator was not measured busy, the server or a proxy may have written
+them together, which the client cannot tell from its own late reads.
 """
 
 from __future__ import annotations
@@ -44,29 +51,36 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "ADD_WORKERS",
     "ARRIVAL_GAP_FRACTION",
     "BOUND_CEILING_MS",
     "COALESCED_BOUND",
     "DEFAULT_FLOOR_MS",
+    "DESCHEDULED_WHILE_LATE",
     "OWN_CPU_CAPACITY",
+    "OWN_WHILE_LATE",
     "PRESSURE_BUSY",
     "STEAL_BUSY",
     "SWITCHES_BUSY_PER_S",
     "Bounds",
     "bounds",
+    "coalesced_signal",
     "coalescing",
     "coalescing_from_histograms",
     "decide_cause",
     "generator_notes",
     "mean_arrival_gap_ms",
+    "signals_text",
 ]
 
 DEFAULT_FLOOR_MS = 10.0
 ARRIVAL_GAP_FRACTION = 0.10
 BOUND_CEILING_MS = 100.0
 OWN_CPU_CAPACITY = 0.85
+OWN_WHILE_LATE = 0.5
 PRESSURE_BUSY = 0.10
-SWITCHES_BUSY_PER_S = 20.0
+SWITCHES_BUSY_PER_S = 100.0
+DESCHEDULED_WHILE_LATE = 0.25
 STEAL_BUSY = 0.05
 COALESCED_BOUND = 0.05
 
@@ -83,6 +97,10 @@ class Bounds:
     floor_ms: float
     arrival_gap_mean_ms: float | None = None
     itl_p50_ms: float | None = None
+
+    def from_itl(self, limit: float) -> bool:
+        """Whether ``limit`` (a reading signal's bound) is the run's ITL p50, over the floor."""
+        return self.itl_p50_ms is not None and limit == self.itl_p50_ms and limit > self.floor_ms
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,8 +136,8 @@ def bounds(
     schedule = floor
     if arrival_gap_mean_ms:
         schedule = max(floor, min(ARRIVAL_GAP_FRACTION * arrival_gap_mean_ms, BOUND_CEILING_MS))
-    token = max(floor, itl) if itl_p50_ms is not None else schedule
-    return Bounds(_r(schedule), _r(token), _r(token), "rule", floor, arrival_gap_mean_ms, itl_p50_ms)
+    token = max(floor, itl) if itl_p50_ms is not None else _r(schedule, 1)
+    return Bounds(_r(schedule, 1), token, token, "rule", floor, arrival_gap_mean_ms, itl_p50_ms)
 
 
 def mean_arrival_gap_ms(t_sched_us: Sequence[int]) -> float | None:
@@ -164,49 +182,69 @@ def coalescing_from_histograms(histograms: dict[str, Any]) -> tuple[int, int]:
     return coalesced, chunks
 
 
-def _own(gen: dict[str, Any]) -> tuple[float | None, str]:
-    """The own-CPU figure that matters most, and where it was measured."""
+def _own(gen: dict[str, Any]) -> tuple[float | None, str, bool]:
+    """The own-CPU figure that matters most, where it was measured, and whether it is at capacity:
+    ``OWN_CPU_CAPACITY`` over the run or in its busiest interval, or ``OWN_WHILE_LATE`` of the time
+    its loop was late (its own code held the loop, even if others took part of the CPU from it)."""
     cpu = gen.get("cpu") or {}
-    for value, where in (
-        (cpu.get("while_late_share"), "while its event loop was late"),
-        (cpu.get("worst_interval_share"), f"in its busiest {cpu.get('interval_s') or 1:g} s"),
-        (
-            gen.get("max_cpu_share") if gen.get("max_cpu_share") is not None else cpu.get("cpu_share"),
-            "over the run",
-        ),
+    run = gen.get("max_cpu_share") if gen.get("max_cpu_share") is not None else cpu.get("cpu_share")
+    for value, where, limit in (
+        (cpu.get("while_late_share"), "while its event loop was late", OWN_WHILE_LATE),
+        (cpu.get("worst_interval_share"), f"in its busiest {cpu.get('interval_s') or 1:g} s", OWN_CPU_CAPACITY),
+        (run, "over the run", OWN_CPU_CAPACITY),
     ):
-        if value is not None and value >= OWN_CPU_CAPACITY:
-            return value, where
-    run = gen.get("max_cpu_share")
-    return (run if run is not None else cpu.get("cpu_share")), "over the run"
+        if value is not None and value >= limit:
+            return value, where, True
+    return run, "over the run", False
 
 
 def _machine(gen: dict[str, Any]) -> tuple[bool, str | None]:
-    """Whether the machine's CPU was measured busy, and its figures in words (None: none measured)."""
+    """Whether the machine's CPU was measured busy, and its figures in words (None: none measured).
+
+    The pressure that counts is its share of the run (``total``): ``avg10``'s highest value is
+    given, but it carries the start-up of the run's own processes (several Python processes
+    importing at once) and is not held against the bound."""
     cpu = gen.get("cpu") or {}
     share, avg10 = cpu.get("pressure_some_share"), cpu.get("pressure_some_avg10_max")
-    pressure = max(
-        [v for v in (share, None if avg10 is None else avg10 / 100.0) if v is not None], default=None
-    )
     switches, steal = cpu.get("involuntary_switches_per_s"), cpu.get("steal_share")
+    late = cpu.get("while_late_share")
     busy = (
-        (pressure is not None and pressure >= PRESSURE_BUSY)
+        (share is not None and share >= PRESSURE_BUSY)
         or (switches is not None and switches >= SWITCHES_BUSY_PER_S)
         or (steal is not None and steal >= STEAL_BUSY)
+        or (late is not None and late <= DESCHEDULED_WHILE_LATE)
     )
     words = []
-    if avg10 is not None:
+    if share is not None:
         words.append(
-            f"CPU pressure some avg10 up to {avg10:g}%"
-            + (f" ({_pct(share)} of the run)" if share is not None else "")
+            f"CPU pressure some {_pct(share)} of the run"
+            + (f" (avg10 up to {avg10:g}%)" if avg10 is not None else "")
         )
-    elif share is not None:
-        words.append(f"CPU pressure some {_pct(share)} of the run")
     if switches is not None:
         words.append(f"{switches:g} involuntary switches/s")
     if steal is not None:
         words.append(f"steal {_pct(steal)}")
+    if late is not None and late <= DESCHEDULED_WHILE_LATE:
+        words.append(f"it ran {_pct(late)} of the time its event loop was late")
     return busy, (", ".join(words) if words else None)
+
+
+def coalesced_signal(gen: dict[str, Any], itl_p50_ms: float | None) -> str | None:
+    """The coalesced-reads signal, when it is the generator's doing (the default rule's fourth
+    signal): over ``COALESCED_BOUND``, the generator measured busy (its own CPU at capacity, or the
+    machine), and its loop late by more than the typical token gap (when measured). Otherwise the
+    chunks may have come that way (the server or a proxy writing several at once): a note only."""
+    share = gen.get("coalesced_share")
+    if share is None or share <= COALESCED_BOUND:
+        return None
+    _, _, own_full = _own(gen)
+    busy, _ = _machine(gen)
+    if not (busy or own_full):
+        return None
+    loop_p99 = (gen.get("loop_lag_ms") or {}).get("p99")
+    if loop_p99 is not None and itl_p50_ms is not None and loop_p99 <= itl_p50_ms:
+        return None
+    return f"coalesced reads {_pct(share)} of token chunks (over {_pct(COALESCED_BOUND)})"
 
 
 def decide_cause(gen: dict[str, Any], saturated: bool) -> dict[str, Any]:
@@ -215,11 +253,10 @@ def decide_cause(gen: dict[str, Any], saturated: bool) -> dict[str, Any]:
     ``gen`` holds run.json's figures (``max_cpu_share``, ``cpu``) and the coalescing figures
     (``coalescing``). Not saturated: no cause, but the measured own share and machine state stay.
     """
-    own, where = _own(gen)
+    own, where, own_full = _own(gen)
     busy, machine_words = _machine(gen)
     share = gen.get("coalesced_share")
     coalesced = share is not None and share > COALESCED_BOUND
-    own_full = own is not None and own >= OWN_CPU_CAPACITY
     out: dict[str, Any] = {
         "own_cpu_share": own,
         "machine_busy": busy if machine_words is not None else None,
@@ -244,7 +281,7 @@ def decide_cause(gen: dict[str, Any], saturated: bool) -> dict[str, Any]:
         parts.append(
             f"the machine is busy: {machine_words}; loadgen's own CPU was {_pct(own)} of a core: {FREE_MACHINE}"
         )
-    if coalesced:
+    if coalesced and not any(x.startswith("coalesced") for x in gen.get("saturated_by") or []):
         parts.append(_coalesced_words(gen))
     if not own_full and not busy:
         if own is None and machine_words is None:
@@ -265,6 +302,23 @@ def decide_cause(gen: dict[str, Any], saturated: bool) -> dict[str, Any]:
     return out
 
 
+def signals_text(gen: dict[str, Any], word: str = ">") -> str:
+    """The signals over their bounds in words, each with its bound (``word`` between them) unless
+    it names its own (``(over ITL p50 ..)``, the coalesced reads' ``(over 5%)``)."""
+    sched = gen.get("saturation_bound_ms")
+    bound = {
+        "schedule-lag": sched,
+        "event-loop-lag": gen.get("loop_lag_bound_ms", sched),
+        "receive-delay": gen.get("recv_delay_bound_ms", sched),
+    }
+    signals = list(gen.get("saturated_by") or []) or [f"schedule-lag p99 {gen.get('schedule_lag_p99_ms')} ms"]
+    out = []
+    for x in signals:
+        limit = bound.get(x.partition(" ")[0])
+        out.append(x if "(over" in x or limit is None else f"{x} {word} {limit} ms")
+    return ", ".join(out)
+
+
 def _coalesced_words(gen: dict[str, Any]) -> str:
     return (
         f"{_pct(gen['coalesced_share'])} of token chunks shared a receive with the previous one "
@@ -277,8 +331,8 @@ def generator_notes(gen: dict[str, Any]) -> list[str]:
     notes = []
     if gen.get("saturated"):
         notes.append(
-            f"generator saturated: {', '.join(gen['saturated_by'])} over {gen['saturation_bound_ms']:g} ms; "
-            f"latencies include client-side delay; {gen.get('cause_detail') or ADD_WORKERS}"
+            f"generator saturated: {signals_text(gen, 'over')}; latencies include client-side delay; "
+            f"{gen.get('cause_detail') or ADD_WORKERS}"
         )
     share = gen.get("coalesced_share")
     if share is not None and share > COALESCED_BOUND:
@@ -287,11 +341,11 @@ def generator_notes(gen: dict[str, Any]) -> list[str]:
             note += ", counted from the records' zero ITL gaps"
         if not gen.get("saturated"):
             busy, words = _machine(gen)
-            own = gen.get("own_cpu_share")
-            if busy or (own is not None and own >= OWN_CPU_CAPACITY):
+            own, where, own_full = _own(gen)
+            if busy or own_full:
                 note += (
                     "; the generator likely read late ("
-                    + (words if busy else f"its own CPU at {_pct(own)}")
+                    + (words if busy else f"its own CPU at {_pct(own)} of a core {where}")
                     + ")"
                 )
             elif words is not None:

@@ -408,11 +408,12 @@ def _generator(
     ):
         fig = gen.get(key) or {}
         if fig.get("p99") is not None and fig["p99"] > limit:
-            why = f" (over ITL p50 {limit:g} ms)" if limit > b.schedule_ms else ""
-            if limit < b.schedule_ms:
-                why = f" (over {limit:g} ms)"
+            why = f" (over ITL p50 {limit:g} ms)" if b.from_itl(limit) else ""
             signals.append(f"{name} p99 {fig['p99']} ms{why}")
     gen.update(generator_health.coalescing(gen.get("coalescing"), measured))
+    if b.source == "rule":  # chunks read so late that they shared a recv, the generator measured busy
+        coalesced = generator_health.coalesced_signal(gen, itl_p50_ms)
+        signals += [coalesced] if coalesced else []
     gen.update(
         schedule_lag_p99_ms=p99, saturation_bound_ms=b.schedule_ms, recv_delay_bound_ms=b.recv_ms,
         loop_lag_bound_ms=b.loop_ms, bound=b.to_dict(), saturated=bool(signals), saturated_by=signals,

@@ -130,7 +130,7 @@ def test_over_its_bound_the_summary_notes_that_the_itl_is_a_lower_bound() -> Non
         "the ITL distribution is a lower bound: 19% of token chunks shared a receive with the previous one "
         "(one kernel stamp for two tokens)"
     )
-    assert "the generator likely read late (CPU pressure some avg10 up to 45% (40% of the run))" in note
+    assert "the generator likely read late (CPU pressure some 40% of the run (avg10 up to 45%))" in note
     # Measured, and nothing busy: the chunks may have come that way.
     free = {**busy, "cpu": {"pressure_some_share": 0.01, "involuntary_switches_per_s": 1.0}, "own_cpu_share": 0.1}
     assert "the server or a proxy may write several chunks at once" in generator_notes(free)[0]
