@@ -53,7 +53,16 @@ from hdrh.histogram import HdrHistogram
 
 from analysis.hlog import new_histogram, record_clamped
 
-__all__ = ["BURN_ENV", "ChunkCounts", "Counters", "GeneratorHealth", "RecvDelays", "read_counters", "summarize"]
+__all__ = [
+    "BURN_ENV",
+    "ChunkCounts",
+    "Counters",
+    "GeneratorHealth",
+    "RecvDelays",
+    "coalescing_counts",
+    "read_counters",
+    "summarize",
+]
 
 BURN_ENV = "LOADGEN_TEST_BURN"
 # Receive delays are folded into their histogram in slices of this many (each fold well under 1 ms),
@@ -347,6 +356,17 @@ def summarize(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if burn:
         out["test_burn"] = burn
     return out
+
+
+def coalescing_counts(states: dict[str, dict[str, Any]]) -> tuple[int, int]:
+    """(coalesced, token chunks) summed over the workers' latest states: the progress line's live
+    figure (``loadgen.progress.ProgressLine(coalescing=...)``)."""
+    coalesced = chunks = 0
+    for st in states.values():
+        c = (st.get("health") or {}).get("chunks") or {}
+        coalesced += int(c.get("coalesced") or 0)
+        chunks += int(c.get("token_chunks") or 0)
+    return coalesced, chunks
 
 
 def worker_cpu(fig: dict[str, Any]) -> dict[str, Any]:

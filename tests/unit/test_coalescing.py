@@ -11,7 +11,7 @@ import io
 from analysis.generator_health import COALESCED_BOUND, coalescing, coalescing_from_histograms, generator_notes
 from analysis.records import RequestRecord, histogram_tag
 from loadgen.client import SessionConnection, StreamResult, _StreamState
-from loadgen.health import ChunkCounts, GeneratorHealth, RecvDelays, summarize
+from loadgen.health import ChunkCounts, GeneratorHealth, RecvDelays, coalescing_counts, summarize
 from loadgen.metrics import histogram_of
 from loadgen.progress import ProgressLine
 from targets.adapters.openai import OpenAIChatAdapter
@@ -97,6 +97,8 @@ def test_workers_counts_are_shipped_and_summed() -> None:
     assert out["coalescing"] == {"token_chunks": 1000, "coalesced": 100, "share": 0.1}
     assert summarize({"a": worker(0, 0)})["coalescing"]["share"] is None
     assert "coalescing" not in summarize({"old": {"health": {}}})  # a worker from before the count
+    # The live figure the master can hand the progress line, from the same states.
+    assert coalescing_counts({"a": worker(900, 90), "b": worker(100, 10), "old": {}}) == (100, 1000)
 
 
 def _rec(i: int, itl: list[int]) -> RequestRecord:
