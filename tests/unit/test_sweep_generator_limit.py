@@ -6,6 +6,7 @@ Synthetic points (no runs): the server of ``tests.unit.test_analysis_sweep.model
 
 from __future__ import annotations
 
+from analysis.report import render_sweep_report
 from analysis.slo import parse_slos
 from analysis.sweep import describe_max, find_max_rate, format_sweep, grid
 from tests.unit.test_analysis_sweep import SLOS, model
@@ -41,6 +42,8 @@ def test_a_generator_limited_search_is_inconclusive_above_the_last_rate_that_hel
     assert d["limited_by"] == "generator" and d["server_limit_per_s"] is None
     assert {p["outcome"] for p in d["points"]} == {"holds", "generator"}
     assert "inconclusive above" in format_sweep(res)
+    html = render_sweep_report(res)
+    assert f"max rate at least {best[:-2]} sessions/s, inconclusive above" in html and ">generator<" in html
 
 
 def test_a_server_miss_below_the_generators_limit_names_the_servers_limit():
