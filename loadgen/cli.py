@@ -66,7 +66,10 @@ def run_options(f: Callable) -> Callable:
         click.option("--insecure", is_flag=True, help="https:// without certificate checks (recorded in run.json as a warning)."),
         click.option("--stop-timeout", type=DURATION, default="30s", show_default=True, help="How long requests on the wire may finish at stop."),
         click.option("--slo", default=None, help="e.g. ttft_p99=500ms,itl_p99=50ms; per request: ttft=1s,tpot=80ms."),
-        click.option("--max-schedule-lag", type=DURATION, default="10ms", show_default=True),
+        click.option(
+            "--max-schedule-lag", type=DURATION, default=None,
+            help="Bound on the generator's lag p99 (default: a rule from the arrival gaps and the ITL, at least 10ms; docs/performance.md).",
+        ),
         click.option("--results", default="results", show_default=True, type=click.Path(file_okay=False)),
         click.option("--run-id", default=None),
         click.option("--profile", default="h200-llama3-8b-fp8", show_default=True, help="Embedded sim profile (targets/sim/profiles)."),

@@ -60,6 +60,9 @@ class RunConfig:
     results_dir: str = "results"
     slos: list[str] = field(default_factory=list)
     max_schedule_lag_us: int = 10_000
+    # Whether --max-schedule-lag was given; else the summary's rule sets the bounds (the value
+    # above is their floor): analysis/generator_health.py, docs/performance.md.
+    max_schedule_lag_explicit: bool = False
     on_worker_loss: str = "continue"
     # Workload file content for workers that do not share the master's filesystem.
     workload_text: str | None = None

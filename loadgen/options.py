@@ -77,7 +77,7 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--ca-cert", default="", help="PEM file of certificates to trust for an https target")
     g.add_argument("--insecure", action="store_true", default=False, help="https without certificate checks (recorded as a warning)")
     g.add_argument("--slo", default="", help="SLOs, e.g. ttft_p99=500ms,itl_p99=50ms (percentile) or ttft=1s (per request)")
-    g.add_argument("--max-schedule-lag", default="10ms", help="Schedule-lag p99 above this flags the generator saturated")
+    g.add_argument("--max-schedule-lag", default="", help="Schedule-lag p99 above this flags the generator saturated (default: a rule from the arrival gaps and the ITL, at least 10ms)")
     g.add_argument("--results", default="results", help="Results parent directory (master only)")
     g.add_argument("--run-id", default="", help="Results subdirectory name (default: time + workload)")
     g.add_argument("--loadgen-stop-timeout", default="30s", help="How long requests on the wire may finish at stop")
@@ -220,6 +220,7 @@ def config_from_options(options: Any) -> RunConfig:
         stop_timeout_s=duration("loadgen-stop-timeout", _opt(options, "loadgen_stop_timeout", "30s")),
         results_dir=_opt(options, "results", "results"),
         slos=slos,
-        max_schedule_lag_us=int(duration("max-schedule-lag", _opt(options, "max_schedule_lag", "10ms")) * 1e6),
+        max_schedule_lag_us=int(duration("max-schedule-lag", _opt(options, "max_schedule_lag", "") or "10ms") * 1e6),
+        max_schedule_lag_explicit=bool(_opt(options, "max_schedule_lag", "")),
         on_worker_loss=_opt(options, "on_worker_loss", "continue"),
     )

@@ -24,6 +24,7 @@ from loadgen import server_metrics
 from loadgen.errors import UserError
 from loadgen.options import new_run_id
 from loadgen.stop_request import STOP_SIGNAL
+from loadgen.verdict import EXIT_CODES, EXIT_INCOMPLETE
 
 LOCUSTFILE = str(Path(__file__).with_name("locustfile.py"))
 
@@ -62,7 +63,7 @@ class RunOptions:
     insecure: bool = False
     stop_timeout: str = "30s"
     slo: str | None = None
-    max_schedule_lag: str = "10ms"
+    max_schedule_lag: str | None = None  # None: the rule of docs/performance.md
     results: str = "results"
     run_id: str | None = None
     expect_model: str | None = None
@@ -151,6 +152,22 @@ def validate(opts: RunOptions) -> None:
             raise UserError(str(e)) from None
     if opts.workers < 1:
         raise UserError(f"--workers {opts.workers}: must be at least 1")
+    from loadgen.options import check_positive, check_session_count
+
+    check_positive("--trace-time-scale", opts.trace_time_scale, "it multiplies the trace's gaps: 0.5 replays twice as fast")
+    check_positive("--burstiness", opts.burstiness, "1 = Poisson, < 1 burstier")
+    if opts.num_sessions < 0 or opts.concurrency < 0:
+        raise UserError("--num-sessions and --concurrency must be 0 or more")
+    check_session_count(opts.num_sessions, workload.num_sessions, f"--workload {opts.workload}")
+    if opts.trace:
+        from workloads import arrivals
+        from workloads.errors import WorkloadError
+
+        try:
+            rows = len(arrivals.trace(opts.trace))
+        except WorkloadError as e:
+            raise UserError(f"--trace: {e}") from None
+        check_session_count(opts.num_sessions, rows, f"--trace {opts.trace}")
     from loadgen.results import check_writable
 
     check_writable(opts.results)
@@ -197,7 +214,6 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
         "--idle-timeout", opts.idle_timeout,
         "--retry-after-cap", opts.retry_after_cap,
         "--loadgen-stop-timeout", opts.stop_timeout,
-        "--max-schedule-lag", opts.max_schedule_lag,
         "--results", opts.results,
         "--on-worker-loss", opts.on_worker_loss,
     ]  # fmt: skip
@@ -215,6 +231,7 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
         "--target-kind": opts.target_kind,
         "--cost-per-hour": None if opts.cost_per_hour is None else str(opts.cost_per_hour),
         "--slo": opts.slo,
+        "--max-schedule-lag": opts.max_schedule_lag,
         "--run-id": opts.run_id,
         "--target-info": target_info_path,
         "--ca-cert": opts.ca_cert,
@@ -228,6 +245,27 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
         args += ["--prometheus-port", str(opts.prometheus_port), "--prometheus-host", opts.prometheus_host]
         args += ["--prometheus-linger", opts.prometheus_linger]
     return args
+
+
+def master_died(code: int, run_dir: Path) -> int:
+    """The Locust master ended without a verdict (killed, or crashed): say so as the verdict, mark
+    the run aborted in run.json if it still says running, and return exit 5."""
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code} and no verdict"
+    where = ""
+    run_json = run_dir / "run.json"
+    if run_json.exists():
+        where = f"; what it recorded up to then is in {run_dir} ('loadgen report {run_dir}' reads a partial run)"
+        try:
+            info = orjson.loads(run_json.read_bytes())
+            if info.get("status") == "running":
+                from loadgen.results import write_json_atomic
+
+                info.update(status="aborted", abort_reason=f"the Locust master {how}")
+                write_json_atomic(run_json, info)
+        except (OSError, orjson.JSONDecodeError):
+            pass
+    print(f"loadgen verdict: FAIL (exit {EXIT_INCOMPLETE}): run incomplete: the Locust master {how}{where}", file=sys.stderr, flush=True)
+    return EXIT_INCOMPLETE
 
 
 def _die_with_parent() -> None:
@@ -348,7 +386,16 @@ def preflight(opts: RunOptions, url: str, replica_urls: list[str] | None = None)
         tls = tls_context(opts.ca_cert, opts.insecure) if url.startswith("https:") else None
         if opts.insecure and not opts.quiet:
             print(f"warning: {INSECURE_WARNING}", file=sys.stderr, flush=True)
-        target_preflight(url, adapter, model=opts.model, api_key=api_key, timeout_s=10.0, ssl_context=tls)
+        from analysis.units import parse_duration_s
+
+        # One deadline for the whole preflight: its own 10 s, capped by the run's request timeout;
+        # the run's first-byte and idle timeouts bound its headers and its body's silences alike.
+        target_preflight(
+            url, adapter, model=opts.model, api_key=api_key, timeout_s=10.0, ssl_context=tls,
+            request_timeout_s=parse_duration_s(opts.request_timeout) or None,
+            first_byte_timeout_s=parse_duration_s(opts.first_byte_timeout) or None,
+            idle_timeout_s=parse_duration_s(opts.idle_timeout) or None,
+        )  # fmt: skip
         identity = read_identity(url, opts.adapter, timeout_s=5.0, ssl_context=tls)
         engines = [identity]
         if replica_urls and replica_urls != [url]:
@@ -428,6 +475,8 @@ def run(opts: RunOptions) -> int:
         finally:
             os.unlink(info_path)
         run_dir = Path(opts.results) / opts.run_id
+        if code not in EXIT_CODES:
+            code = master_died(code, run_dir)
         if run_dir.is_dir():
             try:
                 server_metrics.write(run_dir, metrics_urls, before, server_metrics.snapshot(metrics_urls))

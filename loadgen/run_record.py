@@ -85,6 +85,7 @@ def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[s
         "targets": [target],
         "slos": cfg.slos,
         "max_schedule_lag_us": cfg.max_schedule_lag_us,
+        "max_schedule_lag_explicit": cfg.max_schedule_lag_explicit,
         "config": cfg.public_dict(),
         "role": role,
         "workers": [],

@@ -497,12 +497,14 @@ class LoadgenRuntime:
         """A lost worker reports again (it was frozen, or its network came back): merge it or not.
 
         Its records are its own sessions', each shipped once, so merging them counts nothing
-        twice, and it goes on with its slot. Unless another worker took the slot over, or the run
-        stops on a loss: then two workers would send the slot's sessions, so its reports are
-        rejected (counted in run.json) and it is told to stop.
+        twice, and it goes on with its slot. Unless another worker took the slot over, its
+        arrivals were re-planned onto the others, or the run stops on a loss: then two workers
+        would send the same sessions, so its reports are rejected (counted in run.json) and it is
+        told to stop.
         """
         info = self.lost[wid]
-        if info.get("replaced_by") or (self.config is not None and self.config.on_worker_loss == "abort"):
+        taken = info.get("replaced_by") or info.get("replanned_onto")
+        if taken or (self.config is not None and self.config.on_worker_loss == "abort"):
             rejected = len(payload.get("r") or [])
             if rejected or "late_records_rejected" not in info:
                 info["late_records_rejected"] = info.get("late_records_rejected", 0) + rejected
@@ -665,14 +667,14 @@ class LoadgenRuntime:
             self._request_stop()
             return
         if not self._expected_finals():
-            if not self._stopping_requested:
+            if not self._planned_end and not self._abort_reason:
                 everyone_left = all(w.get("left_cleanly") for w in self.lost.values())
                 self._abort_reason = (
                     f"every worker was stopped ({why}) before the run's planned end"
                     if everyone_left
                     else "every worker was lost"
                 )
-                self._request_stop()
+            self._request_stop()
             return
         standby = self._next_standby()
         if standby is not None:

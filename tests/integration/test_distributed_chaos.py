@@ -22,7 +22,6 @@ import pytest
 
 from loadgen.master_watch import CHECK_INTERVAL_S, MISSED_CHECKS_LIMIT
 from tests.conftest import free_port
-from workloads import load_workload
 
 from .runs import LOADGEN, loadgen, records, sim, truth
 
@@ -118,7 +117,7 @@ def test_workers_stop_by_themselves_when_the_master_is_killed(tmp_path, capsys) 
         t_kill_ns = time.perf_counter_ns()  # the sim's truth uses the same monotonic clock
         master.kill()
         for w in procs[1:]:
-            assert w.wait(timeout=WORKER_STOP_DEADLINE_S + 5) == 4, (tmp_path / "w0.log").read_text()[-2000:]
+            assert w.wait(timeout=WORKER_STOP_DEADLINE_S + 5) == 5, (tmp_path / "w0.log").read_text()[-2000:]
         stopped_s = (time.perf_counter_ns() - t_kill_ns) / 1e9
         procs[0].wait(timeout=10)
         assert stopped_s <= WORKER_STOP_DEADLINE_S
@@ -132,7 +131,9 @@ def test_workers_stop_by_themselves_when_the_master_is_killed(tmp_path, capsys) 
     assert [t["request_id"] for t in served if t["t_received_ns"] > bound_ns] == []
 
     # What the master wrote before it died is a readable partial run.
-    assert _run_json(run_dir)["status"] == "running"
+    # The front marks the run aborted and says why (the master could not).
+    info = _run_json(run_dir)
+    assert info["status"] == "aborted" and info["abort_reason"] == "the Locust master was killed by SIGKILL"
     recs = records(run_dir)
     assert len(recs) >= 20 and len({r.request_id for r in recs}) == len(recs)
     assert {r.request_id for r in recs} <= {t["request_id"] for t in served}
@@ -143,14 +144,14 @@ def test_workers_stop_by_themselves_when_the_master_is_killed(tmp_path, capsys) 
         print(f"\n[master killed] workers exited {stopped_s:.1f} s after the kill; {len(recs)} records kept")
 
 
-def test_a_worker_frozen_past_the_heartbeat_timeout_is_lost_then_merged_once(tmp_path, capsys) -> None:
+def test_a_worker_frozen_past_the_heartbeat_timeout_is_lost_re_planned_and_not_counted_twice(tmp_path, capsys) -> None:
     # 300 sessions at 30/s: arrivals go on for 10 s. One worker is frozen (SIGSTOP) 1 s in until
-    # the master names it lost (3 missed heartbeats, ~4 s), then thawed: it must carry on with
-    # its slot, and what it reports late is merged, each request once.
+    # the master names it lost (3 missed heartbeats, ~4 s), then thawed. Its arrivals not yet due
+    # went to the other worker when it was lost, so the thawed one's late reports are rejected
+    # and it is told to stop: no session is sent or recorded twice, and the run is incomplete
+    # (the sessions it had in flight are not on record).
     n, port, results = 300, free_port(), tmp_path / "results"
     run_dir = results / "fz"
-    wl = load_workload("tiny")
-    turns = {k: len(wl.session(SEED, k).turns) for k in range(n)}
     with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log), _processes() as procs:
         args = _master(proc.url, port, results, "fz", "--rate", "30", "--num-sessions", str(n))
         procs.append(_start(args, tmp_path / "m.log"))
@@ -166,33 +167,32 @@ def test_a_worker_frozen_past_the_heartbeat_timeout_is_lost_then_merged_once(tmp
         finally:
             frozen_s = time.monotonic() - t_frozen
             victim.resume()
-        assert procs[0].wait(timeout=60) == 0, (tmp_path / "m.log").read_text()[-3000:]
+        assert procs[0].wait(timeout=60) == 5, (tmp_path / "m.log").read_text()[-3000:]
         verdict = (tmp_path / "m.log").read_text().strip().splitlines()[-1]
         time.sleep(0.3)
-    assert verdict.endswith("1 worker lost (slot 0) and back, whose late reports were merged") or verdict.endswith(
-        "1 worker lost (slot 1) and back, whose late reports were merged"
-    ), verdict
+    assert verdict.startswith("loadgen verdict: FAIL (exit 5): run incomplete: 1 worker lost"), verdict
     info = _run_json(run_dir)
     recs = records(run_dir)
     served = {rid: t for rid, t in truth(truth_log).items() if rid.startswith("fz-")}
 
     assert info["status"] == "complete"
     [lost] = info["lost_workers"]
-    assert lost["pid"] == victim.pid and lost["returned_at_s"] >= lost["lost_at_s"]
-    assert lost["slot"] == {w["id"]: w["slot"] for w in info["workers"]}[lost["worker"]]
-    # Every session ran and is recorded exactly once, as the sim served it.
+    assert lost["pid"] == victim.pid and "returned_at_s" not in lost and lost["told_to_stop"] is True
+    [survivor] = lost["replanned_onto"]
+    # Nothing twice, nothing invented; the survivor sent the lost slot's arrivals from the re-plan on.
     seen = Counter((r.session_index, r.turn_index) for r in recs)
     assert [k for k, c in seen.items() if c > 1] == []
-    assert set(seen) == {(k, t) for k, m in turns.items() for t in range(m)}
     assert info["requests_recorded"] == len(recs) == len({r.request_id for r in recs})
-    assert set(served) == {r.request_id for r in recs}
-    assert all(t["outcome"] == "ok" for t in served.values()) and all(r.ok for r in recs)
-    frozen_recs = [r for r in recs if r.worker == lost["worker"]]
-    assert frozen_recs and all(r.session_index % 2 == lost["slot"] for r in frozen_recs)
+    assert {r.request_id for r in recs} <= set(served)
+    assert all(r.t_end_us / 1e6 <= lost["lost_at_s"] for r in recs if r.worker == lost["worker"])
+    adopted = [r for r in recs if r.worker == survivor and r.session_index % 2 == lost["slot"]]
+    assert adopted and all(r.t_sched_us / 1e6 >= lost["arrivals_from_s"] for r in adopted if r.turn_index == 0)
+    acc = info["accounting"]
+    assert acc["sessions_started"] + sum(acc["sessions_not_started"].values()) == n
     with capsys.disabled():
         print(
-            f"\n[frozen worker] frozen {frozen_s:.1f} s, lost at {lost['lost_at_s']} s, back at "
-            f"{lost['returned_at_s']} s; {len(frozen_recs)} of its requests merged, {len(recs)} in all, each once"
+            f"\n[frozen worker] frozen {frozen_s:.1f} s, lost at {lost['lost_at_s']} s; {len(adopted)} of its slot's "
+            f"requests sent by the survivor from {lost['arrivals_from_s']} s; {lost.get('late_records_rejected')} late records rejected"
         )
 
 
@@ -215,7 +215,8 @@ def test_a_frozen_worker_whose_slot_was_taken_over_is_rejected_when_it_comes_bac
             _wait_for(lambda: any(w.get("replaced_by") for w in _run_json(run_dir).get("lost_workers", [])), 20, "a takeover")
         finally:
             victim.resume()
-        assert procs[0].wait(timeout=60) == 0, (tmp_path / "m.log").read_text()[-3000:]
+        # The sessions the frozen worker had in flight are not on record: the run is incomplete.
+        assert procs[0].wait(timeout=60) == 5, (tmp_path / "m.log").read_text()[-3000:]
         time.sleep(0.3)
     info = _run_json(run_dir)
     recs = records(run_dir)

@@ -70,7 +70,7 @@ def test_an_unwritable_results_directory_is_refused_before_load(tmp_path) -> Non
         assert not list((full / "results").glob("*"))  # no probe left behind
 
 
-def test_a_disk_that_fills_mid_run_stops_the_run_with_exit_4_and_keeps_what_was_written(tmp_path) -> None:
+def test_a_disk_that_fills_mid_run_stops_the_run_with_exit_5_and_keeps_what_was_written(tmp_path) -> None:
     with sim(tmp_path, "--profile", "h200-llama3-8b-fp8", "--seed", "1") as (proc, truth_log), _tmpfs(
         tmp_path / "disk", "size=4m"
     ) as disk:
@@ -94,10 +94,10 @@ def test_a_disk_that_fills_mid_run_stops_the_run_with_exit_4_and_keeps_what_was_
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
-        assert p.returncode == 4, err[-3000:]
+        assert p.returncode == 5, err[-3000:]
         assert f"Error: cannot write results in {run_dir}: No space left on device; stopping the run" in err
         verdict = err.strip().splitlines()[-1]
-        assert verdict.startswith(f"loadgen verdict: FAIL (exit 4): generator failed: cannot write results in {run_dir}")
+        assert verdict.startswith(f"loadgen verdict: FAIL (exit 5): run incomplete: cannot write results in {run_dir}")
         assert "Traceback" not in err
         assert stopped_s < 35  # the stop drains requests on the wire (--stop-timeout 30s), no more
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +128,33 @@ def test_bad_flags(tmp_path, args, needle) -> None:
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     assert needle in r.stderr
+
+
+@pytest.mark.parametrize("scale", ["0", "-1", "nan"])
+def test_a_trace_time_scale_that_is_no_positive_number_stops_before_any_load(tmp_path, scale) -> None:
+    # It once printed a traceback inside Locust, then "complete" and "PASS: 0 requests" (exit 0).
+    server = _Server(200, "application/json", b"{}")
+    try:
+        mooncake = Path(__file__).resolve().parent.parent / "fixtures" / "datasets" / "mooncake.jsonl"
+        r = loadgen(
+            "run", "--target", server.url, "--workload", str(mooncake), "--trace-time-scale", scale,
+            "--results", str(tmp_path / "results"), timeout_s=60,
+        )  # fmt: skip
+        _assert_one_line_usage_error(r, f"--trace-time-scale {float(scale):g}: must be a number above 0")
+        assert server.posts == 0
+    finally:
+        server.close()
+
+
+def test_more_sessions_than_a_trace_holds_stops_before_any_load(tmp_path) -> None:
+    server = _Server(200, "application/json", b"{}")
+    try:
+        mooncake = Path(__file__).resolve().parent.parent / "fixtures" / "datasets" / "mooncake.jsonl"
+        r = loadgen(
+            "run", "--target", server.url, "--workload", str(mooncake), "--num-sessions", "20000",
+            "--results", str(tmp_path / "results"), timeout_s=60,
+        )  # fmt: skip
+        _assert_one_line_usage_error(r, "--num-sessions 20000:", "holds only 240 sessions")
+        assert server.posts == 0
+    finally:
+        server.close()

@@ -137,7 +137,7 @@ def test_sigterm_to_the_master_alone_drains_and_exits_5(tmp_path) -> None:
 
 
 def test_kill_9_of_the_front_still_ends_in_a_verdict_from_the_master(tmp_path) -> None:
-    rc, results, _log, accounting, verdict, err, served = _sim_run(tmp_path, "front-kill")
+    rc, results, _log, accounting, verdict, _err, served = _sim_run(tmp_path, "front-kill")
     assert rc == -signal.SIGKILL
     assert verdict.startswith("loadgen verdict: FAIL (exit 5): run incomplete: stopped by a signal (SIGTERM)"), verdict
     _check_whole_record(results, served, accounting)
