@@ -25,9 +25,7 @@ import orjson
 from loadgen.errors import UserError
 from loadgen.options import new_run_id
 from loadgen.run import RunOptions, run, validate
-
-# A run incomplete or invalid (loadgen/verdict.py's exit 5): a sweep stopped by one has no answer.
-EXIT_INCOMPLETE = 5
+from loadgen.verdict import EXIT_INCOMPLETE
 
 SWEEP_SCHEMA_VERSION = 1
 SWEEP_FILE = "sweep.json"
