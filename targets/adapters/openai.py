@@ -11,6 +11,9 @@ The wire format (server-sent events, one JSON chunk per ``data:`` line, ``data: 
   ``usage`` (``prompt_tokens``, ``completion_tokens``, ``prompt_tokens_details.cached_tokens``);
 * with vLLM's ``continuous_usage_stats`` every chunk carries the cumulative ``usage``, which tells
   how many tokens a chunk holds (speculative decoding or a stream interval > 1 batch several);
+* ``choices[].index`` is 0: loadgen asks for one choice (no ``n``). A chunk of another choice (a
+  server or proxy that sets ``n`` > 1 interleaves every choice's chunks) is ``BadChunk``: it is
+  never counted as this reply's tokens, added to its text or timed as its ITL;
 * llama-server adds a ``timings`` object (``prompt_n``, ``cache_n``, ``prompt_ms``,
   ``predicted_n``, ``predicted_ms``, ...) to its final chunk: surfaced as ``server_timings``.
 """
@@ -140,13 +143,29 @@ class OpenAICompletionsAdapter(_OpenAIAdapter):
 
 
 def _first_choice(obj: dict) -> dict:
-    """``choices[0]``, or {} when there is none (the usage chunk); BadChunk when malformed."""
+    """``choices[0]``, or {} when there is none (the usage chunk); BadChunk when malformed, or when
+    the body holds another choice than the one asked for (loadgen never asks for ``n`` > 1)."""
     choices = obj.get("choices")
     if not choices:
         return {}
     if type(choices) is not list or type(choices[0]) is not dict:
         raise BadChunk("choices is not a list of JSON objects")
+    for c in choices:
+        index = c.get("index") if type(c) is dict else None
+        if index is not None and index != 0:
+            raise BadChunk(f"the server sent choice index {index}; loadgen asks for one choice (n=1)")
     return choices[0]
+
+
+def _other_choice(choices: list) -> None:
+    """Raise BadChunk for a chunk of a choice other than index 0 (``choices[].index``): with
+    ``n`` > 1 a server interleaves every choice's chunks, and merging them into one reply would
+    count another answer's tokens as this one's and time gaps between two answers as ITL.
+    loadgen asks for one choice, so such a stream is the server's error, never mixed in."""
+    for c in choices:
+        index = c.get("index") if type(c) is dict else None
+        if index is not None and index != 0:
+            raise BadChunk(f"the server streamed choice index {index}; loadgen asks for one choice (n=1)")
 
 
 def _timings(obj: dict) -> dict | None:
@@ -213,6 +232,8 @@ class _ChatStream(_OpenAIStream):
         if choices:
             c0 = choices[0] if type(choices) is list else None
             delta = c0.get("delta") if type(c0) is dict else _malformed("choices[0]")
+            if c0.get("index") or len(choices) > 1:  # index 0, or none, is the one choice asked for
+                _other_choice(choices)
             if delta:
                 if type(delta) is not dict:
                     _malformed("choices[0].delta")
@@ -243,6 +264,8 @@ class _CompletionsStream(_OpenAIStream):
         if choices:
             c0 = choices[0] if type(choices) is list else None
             text = (c0.get("text") or "") if type(c0) is dict else _malformed("choices[0]")
+            if c0.get("index") or len(choices) > 1:
+                _other_choice(choices)
             if type(text) is not str:
                 _malformed("choices[0].text")
         return self._event(obj, text, bool(text))
