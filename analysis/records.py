@@ -104,6 +104,14 @@ class RequestRecord:
     # Prompt tokens as the run's tokenizer counts the messages' contents (no chat template): set
     # against the server's prompt_tokens, a check that prompts are as large as intended.
     client_prompt_tokens: int | None = None
+    # Tokens the token-bearing chunks carried (the sum of chunk_tokens; chunks when that is null):
+    # set beside usage_completion_tokens so a reader sees where the two disagree; output_tokens
+    # is chosen from them by the rule of docs/metrics.md. Null in older files.
+    chunk_output_tokens: int | None = None
+    # False when nothing of the request left the generator (its connect failed): it has no send
+    # time, t_send_us then equals t_sched_us, and it must add no schedule-lag value. True in
+    # older files.
+    sent: bool = True
 
     # Derived values: the formulas of DESIGN §4, in one place.
     @property

@@ -37,10 +37,14 @@ by ``drain_timeout_s``.
 Categories (``analysis.records.ERROR_CATEGORIES``): ``http_3xx`` (a redirect: never followed, a
 load test must not wander to another address), ``http_4xx``, ``http_429``, ``http_5xx`` (the
 message is the body's first line), ``timeout``, ``connection`` (nothing usable came back:
-refused, reset, closed before the headers), ``stream_cut`` (the stream ended or broke before its
+refused, reset, closed before the headers), ``client_network`` (the connect failed on the
+generator's own side, before anything left: no route or link, no local address, port or file
+descriptor, its name lookup; ``connect_error_category``), ``stream_cut`` (the stream ended or broke before its
 end marker), ``bad_chunk`` (a line the adapter cannot parse, a line over ``max_line_bytes``, a
 body in an unsupported ``Content-Encoding``). An error object inside a 2xx stream is categorised
-by its ``code`` (429, other 4xx, else 5xx).
+by its ``code`` (429, other 4xx, else 5xx). ``empty_reply`` (a successful reply without a
+token-bearing chunk to a request that asked for tokens) is decided where the request's
+``max_tokens`` is known: ``check_reply``.
 
 Throttling: with ``retry_after_cap_s > 0`` a 429 that carries ``Retry-After`` of at most the cap
 (and less than the deadline left) is waited out and the request sent again, up to
@@ -48,7 +52,9 @@ Throttling: with ``retry_after_cap_s > 0`` a 429 that carries ``Retry-After`` of
 request keeps its first ``t_send_ns``, so its TTFT and E2E include the time the server made it
 wait. A 429 without ``Retry-After``, or asking for longer than the cap, is an ``http_429`` result.
 
-Hostile bodies: ``\r\n`` or ``\n`` line ends, chunked bodies (trailers included),
+Hostile bodies: SSE as its spec allows it (``\n``, ``\r\n`` or lone ``\r`` line ends, a leading
+byte order mark, comments, ``event:``/``id:`` fields, an event's data over several ``data:``
+lines), chunked bodies (trailers included),
 close-delimited HTTP/1.0 bodies, and gzip/deflate bodies (``Accept-Encoding: identity`` is
 asked, but a server may compress anyway) are read correctly; anything else ends as a category.
 
@@ -62,15 +68,17 @@ A ``SessionConnection`` is used by one greenlet at a time (one session's turns a
 from __future__ import annotations
 
 import email.utils
+import errno
 import functools
 import ipaddress
+import re
 import select
 import socket
 import ssl
 import struct
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -88,7 +96,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BAD_CHUNK",
+    "CLIENT_NETWORK",
     "CONNECTION",
+    "EMPTY_REPLY",
     "HTTP_3XX",
     "HTTP_4XX",
     "HTTP_5XX",
@@ -96,8 +106,14 @@ __all__ = [
     "MAX_THROTTLE_RETRIES",
     "STREAM_CUT",
     "TIMEOUT",
+    "BadBody",
+    "ReplySeen",
     "SessionConnection",
     "StreamResult",
+    "check_reply",
+    "connect_error_category",
+    "empty_reply_message",
+    "output_tokens",
 ]
 
 HTTP_3XX = "http_3xx"
@@ -108,6 +124,8 @@ TIMEOUT = "timeout"
 CONNECTION = "connection"
 STREAM_CUT = "stream_cut"
 BAD_CHUNK = "bad_chunk"
+EMPTY_REPLY = "empty_reply"
+CLIENT_NETWORK = "client_network"
 
 _perf_ns = time.perf_counter_ns
 _MESSAGE_CHARS = 200
@@ -125,7 +143,10 @@ class StreamResult:
     the generated text (what the runtime appends to the conversation). ``usage`` and
     ``server_timings`` are the last the server reported. ``reused_connection`` says whether the
     request went over a connection kept from an earlier request. ``throttled`` counts 429
-    answers waited out (``Retry-After``) before this result.
+    answers waited out (``Retry-After``) before this result. ``t_send_ns`` stays 0 when nothing
+    of the request left (``sent`` is False: the connect failed). ``streamed``: the reply was read
+    as a stream (else as one body). ``cause``: the exception behind a failure, where one was (for
+    messages such as the preflight's; never recorded).
     """
 
     t_send_ns: int = 0
@@ -142,10 +163,17 @@ class StreamResult:
     retry_after_s: float | None = None
     reused_connection: bool = False
     throttled: int = 0
+    streamed: bool = False
+    cause: BaseException | None = None
 
     @property
     def ok(self) -> bool:
         return self.error_category is None
+
+    @property
+    def sent(self) -> bool:
+        """Whether the request was written (in part at least): False when the connect failed."""
+        return self.t_send_ns != 0
 
     @property
     def t_last_ns(self) -> int | None:
@@ -153,10 +181,67 @@ class StreamResult:
 
     @property
     def output_tokens(self) -> int:
-        """N: ``usage.completion_tokens`` when reported, else the tokens the chunks carried."""
-        if self.usage is not None and self.usage.completion_tokens is not None:
-            return self.usage.completion_tokens
-        return sum(self.chunk_tokens)
+        """N by ``output_tokens()``'s rule, from ``usage`` and the tokens the chunks carried."""
+        return output_tokens(self.usage.completion_tokens if self.usage is not None else None, self.chunk_tokens)
+
+
+def output_tokens(usage_completion_tokens: int | None, chunk_tokens: list[int]) -> int:
+    """N, a reply's output tokens (docs/metrics.md): ``usage.completion_tokens`` where the server
+    reports it and it is at least the tokens the token-bearing chunks carried (the server's exact
+    count: a chunk may carry several tokens, or tokens without text); else, where usage is absent
+    or claims fewer tokens than chunks that carried them (impossible), the chunks' count."""
+    counted = sum(chunk_tokens)
+    if usage_completion_tokens is not None and usage_completion_tokens >= counted:
+        return usage_completion_tokens
+    return counted
+
+
+def empty_reply_message(res: StreamResult, max_tokens: int | None) -> str | None:
+    """Why ``res`` is an empty reply, or None: a successful reply with no token-bearing chunk (no
+    generated text or token count) to a request that asked for at least one token. Says what
+    arrived: a stream's token chunks, a body's text, and the usage the server reported."""
+    if res.error_category is not None or res.chunk_tokens or not max_tokens or max_tokens < 1:
+        return None
+    u = res.usage.completion_tokens if res.usage is not None else None
+    said = "no usage reported" if u is None else f"usage.completion_tokens {u}"
+    if res.streamed:
+        return f"stream ended after 0 token chunks; {said}"
+    return f"reply body carried no generated text; {said}"
+
+
+def check_reply(res: StreamResult, max_tokens: int | None) -> None:
+    """Mark a successful ``res`` that is an empty reply (``empty_reply_message``) as failed,
+    ``empty_reply``: a server that answers every request with nothing must not pass."""
+    message = empty_reply_message(res, max_tokens)
+    if message is not None:
+        SessionConnection._fail(res, EMPTY_REPLY, message)
+
+
+_NETWORK_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ENETUNREACH", "EHOSTUNREACH", "ENETDOWN", "EADDRNOTAVAIL", "EADDRINUSE", "EMFILE", "ENFILE",
+        "ENOBUFS", "ENOMEM",
+    )
+    if hasattr(errno, name)
+)  # fmt: skip
+
+
+def connect_error_category(e: BaseException) -> str:
+    """The category of a connect that failed: ``client_network`` where the generator's own side
+    failed before anything left it (no route or link, no local address or port, no file
+    descriptor or buffer, its name lookup), else ``connection`` (refused, timed out, reset: the
+    server's side)."""
+    if isinstance(e, socket.gaierror):
+        return CLIENT_NETWORK
+    if isinstance(e, OSError) and not isinstance(e, ssl.SSLError) and e.errno in _NETWORK_ERRNOS:
+        return CLIENT_NETWORK
+    return CONNECTION
+
+
+class BadBody(BadChunk):
+    """The body itself cannot be read into lines (an unknown ``Content-Encoding``, data that does
+    not decompress, a line over ``max_line_bytes``): ``bad_chunk``, but no adapter's doing."""
 
 
 class _FirstByteTimeout(Exception):
@@ -170,6 +255,10 @@ class _ClosedBeforeResponse(Exception):
         super().__init__("connection closed before the response headers")
         self.received = received
 
+
+_HEAD_KEPT = 256  # bytes of a response's start kept to say what came (the preflight's messages)
+_BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark, dropped at the start of a stream (SSE spec)
+_ANY_EOL = re.compile(rb"\r\n|\r|\n")
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; SCM_TIMESTAMPNS has the same value
 _ANC_SIZE = socket.CMSG_SPACE(16)  # one struct timespec
@@ -203,9 +292,20 @@ def _arrival_ns(anc: list) -> int:
 
 
 class _StreamState:
-    """What a streamed reply has said so far, fed its lines as they come."""
+    """What a streamed reply has said so far, fed its lines as they come.
 
-    __slots__ = ("chunk_ns", "chunk_tokens", "counts", "done", "error", "parse", "parts", "timings", "usage")
+    One ``data:`` line is one event's JSON nearly always, and is parsed as it comes. SSE also lets
+    an event's data run over several ``data:`` lines (joined with LF; the event ends at a blank
+    line): when a ``data:`` line does not parse on its own, it and the next ``data:`` lines are
+    kept until the blank line, then parsed as one ``data:`` line, stamped with the arrival of the
+    last of them. So the common case costs nothing more, and a line that is simply broken still
+    fails, at the end of its event.
+    """
+
+    __slots__ = (
+        "chunk_ns", "chunk_tokens", "counts", "done", "error", "parse", "parts", "pending", "pending_ns",
+        "timings", "usage",
+    )  # fmt: skip
 
     def __init__(
         self, parse: Callable[[bytes], StreamEvent | None], res: StreamResult, counts: ChunkCounts | None = None
@@ -219,16 +319,28 @@ class _StreamState:
         self.timings: dict | None = None
         self.error: StreamEvent | None = None
         self.done = False
+        self.pending: list[bytes] | None = None  # the data of an event over several data: lines
+        self.pending_ns = 0
 
     def take(self, lines: list[bytes], t_recv_ns: int) -> bool:
         """Parse ``lines`` (all received at ``t_recv_ns``); True once the stream has said its last
         (its end marker, or an error)."""
+        if self.pending is not None:
+            return self._take_pending(iter(lines), t_recv_ns)
         parse = self.parse
         counts = self.counts
-        for line in lines:
+        it = iter(lines)  # on a data: line that does not parse, the rest goes to _take_pending
+        for line in it:
             if not line or line == b"\r":
                 continue
-            ev = parse(line)
+            try:
+                ev = parse(line)
+            except BadChunk:
+                if not line.startswith(b"data:"):
+                    raise
+                self.pending = [_data_value(line)]
+                self.pending_ns = t_recv_ns
+                return self._take_pending(it, t_recv_ns)
             if ev is None:
                 continue
             if ev.tokens:
@@ -253,6 +365,64 @@ class _StreamState:
                 return True
         return False
 
+    def _take_pending(self, it: Iterator[bytes], t_recv_ns: int) -> bool:
+        """``take`` while an event's data runs over several ``data:`` lines: they are kept to its
+        blank line, then the event is parsed whole and the lines after it go the usual way."""
+        pending = self.pending
+        for line in it:
+            if not line or line == b"\r":
+                if self.dispatch():
+                    return True
+                return self.take(list(it), t_recv_ns)
+            if line.startswith(b"data:"):
+                pending.append(_data_value(line))  # type: ignore[union-attr]
+                self.pending_ns = t_recv_ns
+                continue
+            ev = self.parse(line)  # a comment or an event:/id: field inside the event: nothing
+            if ev is not None and self._apply(ev, t_recv_ns):
+                return True
+        return False
+
+    def dispatch(self) -> bool:
+        """The event kept over several ``data:`` lines, parsed as one; True when it was the last.
+        Raises what the adapter raises when the joined data does not parse either."""
+        data, self.pending = self.pending, None
+        if data is None:
+            return False
+        ev = self.parse(b"data:" + b"\n".join(data))
+        return ev is not None and self._apply(ev, self.pending_ns)
+
+    def _apply(self, ev: StreamEvent, t_recv_ns: int) -> bool:
+        """``take``'s handling of one event, off its fast path; True when it was the last."""
+        if ev.tokens:
+            if self.counts is not None:
+                self.counts.token_chunks += 1
+                if self.chunk_ns and self.chunk_ns[-1] == t_recv_ns:
+                    self.counts.coalesced += 1
+            self.chunk_ns.append(t_recv_ns)
+            self.chunk_tokens.append(ev.tokens)
+        if ev.text:
+            self.parts.append(ev.text)
+        if ev.usage is not None:
+            self.usage = ev.usage
+        if ev.server_timings is not None:
+            self.timings = ev.server_timings
+        if ev.error is not None:
+            self.error = ev
+            return True
+        if ev.done:
+            self.done = True
+            return True
+        return False
+
+
+def _data_value(line: bytes) -> bytes:
+    """The value of a ``data:`` line: after the colon, less one leading space and the CR of a CRLF."""
+    value = line[5:]
+    if value.endswith(b"\r"):
+        value = value[:-1]
+    return value[1:] if value.startswith(b" ") else value
+
 
 class _Response(HTTPResponse):
     """geventhttpclient's C HTTP/1.1 parser (chunked and close-delimited bodies) over our socket,
@@ -275,6 +445,9 @@ class _Response(HTTPResponse):
         self._inflate = None  # a decompressor's decompress() when the body is compressed
         self._undecodable: str | None = None
         self.ended_mid_line = False  # the body ended with a line that has no newline
+        self.head_bytes = b""  # the first bytes that came, up to _HEAD_KEPT (what the server said)
+        self._at_start = True  # no body line returned yet (a leading byte order mark is dropped)
+        self._any_eol = False  # a lone CR was seen: lines end at CR, LF or CRLF from now on
         self._recv = self._recv_kernel_stamped if kernel_timestamps else self._recv_plain
 
     def _recv_plain(self) -> bytes:
@@ -292,6 +465,8 @@ class _Response(HTTPResponse):
             data = self._recv()
             if not data:
                 raise _ClosedBeforeResponse(self.received)
+            if self.received < _HEAD_KEPT:
+                self.head_bytes += data[: _HEAD_KEPT - self.received]
             self.received += len(data)
             self.feed(data)
 
@@ -325,18 +500,24 @@ class _Response(HTTPResponse):
         # b"" (peer closed) completes a close-delimited body, or raises HTTPParseError mid-message.
         self.feed(data)
         if self._undecodable is not None:
-            raise BadChunk(self._undecodable)
+            raise BadBody(self._undecodable)
         if not data and not self.message_complete:
             raise HTTPParseError("connection closed mid-body")
 
     def read_lines(self) -> list[bytes]:
-        """Every complete body line now buffered (without their ``\\n``), reading once when there is
-        none; [] once the body is complete.
+        """Every complete body line now buffered (without their line end), reading once when there
+        is none; [] once the body is complete.
 
         All lines returned by one call ended in the same ``recv`` (a fill happens only when no
         line is complete), so ``t_recv_ns`` holds for each of them. One split per ``recv``
         instead of one search, copy and delete per line: at hundreds of
         streams a ``recv`` often holds several events. Blank lines come back as b"" (or b"\\r").
+
+        Line ends are those of SSE: LF, CRLF, or a lone CR. LF and CRLF take one ``split`` on LF
+        (a CRLF line keeps its CR, which JSON and the blank-line test ignore); only once a CR is
+        seen that no LF follows does the body switch to splitting at every kind of line end
+        (``_take_lines_any``), so the common streams pay one ``in`` test per ``recv`` for it. A
+        UTF-8 byte order mark at the start of the body is dropped, as the SSE spec says.
         """
         while (lines := self.take_lines()) is None:
             self._fill()
@@ -346,26 +527,81 @@ class _Response(HTTPResponse):
         """``read_lines`` without reading: the complete lines buffered now, [] once the body is
         complete, None when more data is needed. A line longer than ``max_line_bytes`` is
         ``BadChunk``: a server that never sends a newline must not grow the buffer without bound."""
+        if self._any_eol:
+            return self._take_lines_any()
         buf = self._body_buffer
         i = buf.rfind(b"\n", self._scan_from)
         if i >= 0:
             block = bytes(buf[:i])
+            # A CR in the block is a CRLF's (the usual case), unless some CR has no LF after it.
+            cr = block.count(b"\r")
+            if cr and cr != block.count(b"\r\n") + (block[-1] == 13):
+                self._any_eol = True
+                return self._take_lines_any()
             del buf[: i + 1]
             self._scan_from = 0
-            return block.split(b"\n")
+            lines = block.split(b"\n")
+            if self._at_start:
+                self._at_start = False
+                if lines[0].startswith(_BOM):
+                    lines[0] = lines[0][3:]
+            return lines
+        # No LF: a CR with a byte after it (or at the body's end) ends a line of its own.
+        j = buf.find(b"\r", max(0, self._scan_from - 1))
+        if j >= 0 and (j + 1 < len(buf) or self.message_complete):
+            self._any_eol = True
+            return self._take_lines_any()
         if self.message_complete:
             if self._undecodable is not None:
-                raise BadChunk(self._undecodable)
+                raise BadBody(self._undecodable)
             if buf:
                 line = bytes(buf)
                 buf.clear()
                 self.ended_mid_line = True
+                if self._at_start:
+                    self._at_start = False
+                    line = line.removeprefix(_BOM)
                 return [line]
             return []
         n = len(buf)
         if n > self.max_line_bytes:
-            raise BadChunk(f"a stream line longer than {self.max_line_bytes} bytes")
+            raise BadBody(f"a stream line longer than {self.max_line_bytes} bytes")
         self._scan_from = n
+        return None
+
+    def _take_lines_any(self) -> list[bytes] | None:
+        """``take_lines`` for a body whose lines end at CR, LF or CRLF (one seen lone CR says so)."""
+        buf = self._body_buffer
+        n = len(buf)
+        i = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+        if i >= 0 and i == n - 1 and buf[i] == 13 and not self.message_complete:
+            # A CR as the last byte so far may be half of a CRLF: it ends its line once the
+            # next byte is known (else CR LF would read as two line ends, an extra blank line).
+            i = max(buf.rfind(b"\n", 0, i), buf.rfind(b"\r", 0, i))
+        if i >= 0:
+            block = bytes(buf[: i + 1])
+            del buf[: i + 1]
+            lines = _ANY_EOL.split(block)
+            lines.pop()  # what follows the last line end: nothing
+            if self._at_start:
+                self._at_start = False
+                if lines[0].startswith(_BOM):
+                    lines[0] = lines[0][3:]
+            return lines
+        if self.message_complete:
+            if self._undecodable is not None:
+                raise BadBody(self._undecodable)
+            if buf:
+                line = bytes(buf)
+                buf.clear()
+                self.ended_mid_line = True
+                if self._at_start:
+                    self._at_start = False
+                    line = line.removeprefix(_BOM)
+                return [line]
+            return []
+        if n > self.max_line_bytes:
+            raise BadBody(f"a stream line longer than {self.max_line_bytes} bytes")
         return None
 
     def read_body(self, limit: int) -> bytes:
@@ -374,7 +610,7 @@ class _Response(HTTPResponse):
         while not self.message_complete and len(buf) <= limit:
             self._fill()
         if self._undecodable is not None:
-            raise BadChunk(self._undecodable)
+            raise BadBody(self._undecodable)
         out = bytes(buf[:limit])
         buf.clear()
         self._scan_from = 0
@@ -382,6 +618,25 @@ class _Response(HTTPResponse):
 
     def keep_alive(self) -> bool:
         return self.message_complete and not self.parser_failed() and self.should_keep_alive()
+
+
+@dataclass(slots=True)
+class ReplySeen:
+    """What came of a reply, for messages that say so (``SessionConnection.seen()``).
+
+    ``head_complete``: the status line and headers were read; ``status``, ``reason`` and
+    ``headers`` (lower-case names; repeated ones joined with ", ") then say what they were.
+    ``received``: bytes that came before the headers were complete, and ``first_bytes`` the
+    first of them. ``pending``: body bytes that came and make no complete line yet.
+    """
+
+    head_complete: bool
+    status: int | None
+    reason: str
+    headers: dict[str, str]
+    received: int
+    first_bytes: bytes
+    pending: bytes
 
 
 class SessionConnection:
@@ -445,6 +700,8 @@ class SessionConnection:
         self._reader: StreamReader | None = None
         self._phase = "idle"
         self.connections_opened = 0
+        # The reply under way, or the last one (what came of it: ``seen()``).
+        self.last_response: _Response | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -459,6 +716,28 @@ class SessionConnection:
             self._ensure_connected()
         except OSError:
             self.close()
+
+    def seen(self) -> ReplySeen | None:
+        """What came of the last request's reply (None when nothing was sent): not on the hot
+        path, read after a result to say what the server did."""
+        resp = self.last_response
+        if resp is None:
+            return None
+        complete = resp.headers_complete
+        headers: dict[str, str] = {}
+        if complete:
+            for k, v in resp.items():
+                k = k.lower()
+                headers[k] = f"{headers[k]}, {v}" if k in headers else v
+        return ReplySeen(
+            head_complete=complete,
+            status=resp.get_code() if complete else None,
+            reason=resp.status_message or "",
+            headers=headers,
+            received=resp.received,
+            first_bytes=resp.head_bytes,
+            pending=bytes(resp._body_buffer[:_HEAD_KEPT]),
+        )
 
     def close(self) -> None:
         """Close the connection (the next request opens a new one)."""
@@ -540,12 +819,17 @@ class SessionConnection:
             try:
                 fresh = self._ensure_connected()
             except OSError as e:
-                self._fail(res, CONNECTION, f"cannot connect to {self._host}:{self._port}: {_reason(e)}")
+                # Nothing of this try left: a first send keeps no send time (t_send_ns 0).
+                res.t_send_ns = t_first_send_ns
+                res.cause = e
+                self._fail(
+                    res, connect_error_category(e), f"cannot connect to {self._host}:{self._port}: {_reason(e)}"
+                )
                 return
             sock = self._sock
             res.reused_connection = not fresh
             self._phase = "sending the request"
-            resp = _Response(sock, self._block_size, self._kernel_ts, self._max_line_bytes)
+            resp = self.last_response = _Response(sock, self._block_size, self._kernel_ts, self._max_line_bytes)
             res.t_send_ns = t_first_send_ns or _perf_ns()
             try:
                 if self._idle_timeout_s is not None:
@@ -568,6 +852,7 @@ class SessionConnection:
                 # request goes once more over a new connection (as browsers and urllib3 do).
                 if not fresh and attempt == 0 and resp.received == 0 and _is_close(e):
                     continue
+                res.cause = e
                 self._fail(res, CONNECTION, _describe(e))
                 return
             break
@@ -595,6 +880,7 @@ class SessionConnection:
     def _read_stream(self, resp: _Response, adapter: Adapter, res: StreamResult) -> None:
         st = _StreamState(adapter.new_stream().parse_line, res, getattr(self._recv_delays, "chunks", None))
         chunk_ns = res.chunk_ns
+        res.streamed = True
         self._phase = "streaming"
         try:
             if self._reader is not None:
@@ -605,6 +891,7 @@ class SessionConnection:
                 while True:
                     lines = read_lines()
                     if not lines:
+                        st.dispatch()
                         break
                     t_recv_ns = resp.t_recv_ns
                     if delays is not None:
@@ -613,6 +900,7 @@ class SessionConnection:
                         break
         except BadChunk as e:
             self.close()
+            res.cause = e
             if resp.ended_mid_line:
                 # A close-delimited body cut mid-line: the line is a fragment, not a bad chunk.
                 self._fail(res, STREAM_CUT, f"stream ended mid-line after {len(chunk_ns)} token chunks")
@@ -661,6 +949,7 @@ class SessionConnection:
         delays = self._recv_delays
         while (lines := resp.take_lines()) is not None:
             if not lines:
+                st.dispatch()
                 return
             if delays is not None:
                 delays.append(_perf_ns() - resp.t_recv_ns)
@@ -676,7 +965,10 @@ class SessionConnection:
                 delays.append(_perf_ns() - t_recv_ns)
             feed_body(data)
             while (lines := take_lines()) is not None:
-                if not lines or take(lines, t_recv_ns):
+                if not lines:
+                    st.dispatch()
+                    return True
+                if take(lines, t_recv_ns):
                     return True
             return False
 
@@ -778,7 +1070,7 @@ class SessionConnection:
                     import gevent.ssl
 
                     self._ssl_context = gevent.ssl.create_default_context()
-                sock = self._ssl_context.wrap_socket(sock, server_hostname=self._host)
+                sock = _wrap_tls(self._ssl_context, sock, self._host)
             sock.settimeout(None)  # the request deadline (gevent.Timeout) bounds every wait
         except BaseException:
             sock.close()
@@ -872,6 +1164,17 @@ def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _wrap_tls(ctx: ssl.SSLContext, sock: socket.socket, host: str) -> socket.socket:
+    """``sock`` wrapped in TLS as a cooperative gevent ``SSLSocket``, whether ``ctx`` comes from
+    ``gevent.ssl`` or from the standard ``ssl`` module (as the preflight's callers make them):
+    a standard context would wrap into a blocking socket that no deadline can interrupt."""
+    import gevent.ssl
+
+    if isinstance(ctx, gevent.ssl.SSLContext):
+        return ctx.wrap_socket(sock, server_hostname=host)
+    return gevent.ssl.SSLSocket(sock=sock, server_hostname=host, _context=ctx)
 
 
 def _is_close(e: BaseException) -> bool:

@@ -23,7 +23,8 @@ from typing import Any
 import gevent
 
 from analysis.records import STATUS_ERROR, STATUS_OK, RequestRecord
-from loadgen.client import SessionConnection, StreamResult
+from loadgen.client import SessionConnection, StreamResult, check_reply
+from loadgen.client import output_tokens as count_output_tokens
 from loadgen.conversation import Conversation, tool_definitions
 from targets.adapters.base import Adapter, ChatRequest
 from workloads.dag import SessionPlan, plan_session
@@ -210,21 +211,25 @@ def _record(
     result: StreamResult,
 ) -> RequestRecord:
     t0 = ctx.t0_ns
+    check_reply(result, max_tokens)  # a successful reply without a token is an empty_reply failure
     chunk_ns = result.chunk_ns
     itl_us = [(b - a) // 1000 for a, b in itertools.pairwise(chunk_ns)]
     usage = result.usage
     completion = usage.completion_tokens if usage is not None else None
     chunk_tokens = result.chunk_tokens
     n_chunks = len(chunk_ns)
-    if completion is not None:
-        output_tokens = completion
-    elif chunk_tokens:
-        output_tokens = sum(chunk_tokens)
+    counted = sum(chunk_tokens)
+    if chunk_tokens or completion is not None:
+        # usage where it is at least what the chunks carried, else the chunks (docs/metrics.md)
+        output_tokens = count_output_tokens(completion, chunk_tokens)
     elif ctx.tokenizer is not None and ctx.tokenizer.kind != "approximate" and result.text:
         output_tokens = ctx.tokenizer.count(result.text)  # an exact tokenizer beats counting chunks
     else:
         output_tokens = n_chunks
     ok = result.error_category is None
+    t_sched_us = (intended_ns - t0) // 1000
+    # Never sent (the connect failed): no send time, so none is made up (docs/results-format.md).
+    sent = result.t_send_ns != 0
     return RequestRecord(
         request_id=request_id,
         session_id=session.session_id,
@@ -235,8 +240,8 @@ def _record(
         target=ctx.target_label,
         worker=ctx.worker_id,
         status=STATUS_OK if ok else STATUS_ERROR,
-        t_sched_us=(intended_ns - t0) // 1000,
-        t_send_us=(result.t_send_ns - t0) // 1000,
+        t_sched_us=t_sched_us,
+        t_send_us=(result.t_send_ns - t0) // 1000 if sent else t_sched_us,
         t_first_us=_us(result.t_first_ns, t0),
         t_last_us=_us(chunk_ns[-1] if chunk_ns else None, t0),
         t_end_us=_us(result.t_end_ns, t0),
@@ -253,4 +258,6 @@ def _record(
         http_status=result.http_status,
         server_timings=result.server_timings,
         throttled=result.throttled,
+        chunk_output_tokens=counted,
+        sent=sent,
     )

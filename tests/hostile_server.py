@@ -1,6 +1,6 @@
 """A hostile OpenAI-compatible server for tests: raw asyncio on 127.0.0.1, byte-exact misbehaviour.
 
-Run ``python tests/hostile_server.py [--tls CERT KEY] [--require-key-env NAME]``; it prints ``PORT <n>`` once listening and
+Run ``python tests/hostile_server.py [--tls CERT KEY] [--require-key-env NAME] [--log FILE]``; it prints ``PORT <n>`` once listening and
 serves until killed (every misbehaviour is bounded in time too, so nothing it does outlives a
 test by more than ``MAX_HOLD_S``). The first path segment picks the behaviour, so a client's base
 URL selects it: ``http://127.0.0.1:<n>/<behaviour>`` + ``/v1/chat/completions``. ``GET
@@ -22,8 +22,18 @@ URL selects it: ``http://127.0.0.1:<n>/<behaviour>`` + ``/v1/chat/completions``.
 ``brotli``         a body that claims ``Content-Encoding: br``
 ``trailers``       the ``ok`` stream, chunked, ending with a trailer section
 ``http10``         the ``ok`` stream as an HTTP/1.0 close-delimited body
+``hang``           a preflight request is ``ok``; every other gets complete headers, then nothing
 ``mixed``          per request id (``mixed_behaviour``): ok, throttle-1, stall, silence, slowloris or
                    HTTP 500; a preflight request (id ``loadgen-preflight-...``) is always ``ok``
+``trickle``        complete SSE headers, then one body byte every 0.1 s, never a line end
+``empty``          a role chunk, ``usage.completion_tokens: 0``, ``[DONE]``: no token at all
+``empty-json``     a non-streaming chat body with ``content: ""`` and ``completion_tokens: 0``
+``usage-K``        the ``ok`` stream whose usage says ``completion_tokens: K`` whatever was sent
+``choices2``       two choices (``index`` 0 and 1) interleaved chunk by chunk, as ``n=2`` streams
+``cr``             the ``ok`` stream with CR-only line ends (``\r``), as SSE allows
+``bom``            the ``ok`` stream after a UTF-8 byte order mark
+``multiline``      the ``ok`` stream with each token's JSON split over two ``data:`` lines of one
+                   event, among ``:`` comments and ``event:``/``id:`` fields
 =================  ==============================================================================
 
 ``ok`` streams ``max_tokens`` tokens (`` t0``, `` t1``, ...). With ``--require-key-env NAME``
@@ -48,6 +58,7 @@ _tries: dict[str, int] = {}
 _first_seen: dict[str, float] = {}
 MIXED = (("ok", ""), ("throttle", "1"), ("stall", ""), ("silence", ""), ("slowloris", ""), ("fail", ""))
 REQUIRED_AUTH: list[str] = []  # the Authorization value every request must carry, if any
+REQUEST_LOG: list = []  # with --log FILE: the open file, one request id a line as each arrives
 
 
 def mixed_behaviour(request_id: str) -> tuple[str, str]:
@@ -115,6 +126,8 @@ async def serve_request(name: str, arg: str, rid: str, n: int, writer: asyncio.S
     """Answer one request as behaviour ``name``; True when the connection may carry another."""
     if name == "mixed":
         name, arg = mixed_behaviour(rid)
+    if name == "hang":
+        name = "ok" if rid.startswith("loadgen-preflight") else "silence"
     if name == "throttle" and arg.isdigit():
         tries = _tries[rid] = _tries.get(rid, 0) + 1
         if tries <= int(arg):
@@ -184,8 +197,66 @@ async def serve_request(name: str, arg: str, rid: str, n: int, writer: asyncio.S
         head = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
         await _write(writer, head + b"".join(ok_events(n)))
         return False
+    if name == "trickle":
+        await _write(writer, SSE_HEAD + b"\r\n")
+        await _hold(writer, 0.1, _chunk(b"d"))
+        return False
+    if name == "empty" and not arg:
+        await _write(writer, SSE_HEAD + b"\r\n" + b"".join(_chunk(e) for e in ok_events(0)) + b"0\r\n\r\n")
+        return True
+    if name == "empty" and arg == "json":
+        doc = {
+            "id": "c",
+            "object": "chat.completion",
+            "model": "hostile-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5},
+        }
+        payload = json.dumps(doc).encode()
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload)
+        await _write(writer, head + payload)
+        return True
+    if name == "usage" and arg.isdigit():
+        events = ok_events(n)
+        events[-2] = _delta(None, {"prompt_tokens": 5, "completion_tokens": int(arg), "total_tokens": 5 + int(arg)})
+        await _write(writer, SSE_HEAD + b"\r\n" + b"".join(_chunk(e) for e in events) + b"0\r\n\r\n")
+        return True
+    if name == "choices2":
+        events = [_choice(i, {"role": "assistant", "content": ""}) for i in (0, 1)]
+        for t in range(n):
+            events += [_choice(i, {"content": f" c{i}t{t}"}) for i in (0, 1)]
+        events.append(_delta(None, {"prompt_tokens": 5, "completion_tokens": 2 * n, "total_tokens": 5 + 2 * n}))
+        events.append(b"data: [DONE]\n\n")
+        await _write(writer, SSE_HEAD + b"\r\n" + b"".join(_chunk(e) for e in events) + b"0\r\n\r\n")
+        return True
+    if name in ("cr", "bom", "multiline"):
+        events = ok_events(n)
+        if name == "cr":
+            events = [e.replace(b"\n", b"\r") for e in events]
+        elif name == "bom":
+            events[0] = b"\xef\xbb\xbf" + events[0]
+        else:
+            events = [_multiline(e, i) for i, e in enumerate(events)]
+        await _write(writer, SSE_HEAD + b"\r\n" + b"".join(_chunk(e) for e in events) + b"0\r\n\r\n")
+        return True
     await _write(writer, _error(404, "Not Found"))
     return True
+
+
+def _choice(index: int, delta: dict) -> bytes:
+    o = {"id": "c", "object": "chat.completion.chunk", "model": "hostile-model"}
+    o["choices"] = [{"index": index, "delta": delta, "finish_reason": None}]
+    return _event(o)
+
+
+def _multiline(event: bytes, i: int) -> bytes:
+    """``event`` (``data: {json}\\n\\n``) as SSE also allows it: its JSON split over two ``data:``
+    lines, a comment and ``event:``/``id:`` fields in the same event."""
+    payload = event[len(b"data: ") : -2]
+    if not payload.startswith(b"{"):
+        return b": done next\n" + event
+    cut = payload.index(b'"choices"')
+    return b"event: message\n: split json\ndata: " + payload[:cut] + b"\nid: %d\ndata:" % i + payload[cut:] + b"\n\n"
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -215,6 +286,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 continue
             n = int(json.loads(body or b"{}").get("max_tokens") or 4)
             rid = headers.get("x-request-id", "")
+            if REQUEST_LOG:
+                REQUEST_LOG[0].write(rid + "\n")
+                REQUEST_LOG[0].flush()
             if not await serve_request(name, arg, rid, n, writer):
                 break
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, TimeoutError, ValueError):
@@ -231,6 +305,8 @@ async def main(argv: list[str]) -> None:
         ctx.load_cert_chain(argv[i + 1], argv[i + 2])
     if "--require-key-env" in argv:
         REQUIRED_AUTH.append("Bearer " + os.environ[argv[argv.index("--require-key-env") + 1]])
+    if "--log" in argv:
+        REQUEST_LOG.append(open(argv[argv.index("--log") + 1], "a"))  # noqa: SIM115 (open while serving)
     server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
     print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
