@@ -700,6 +700,7 @@ class SessionConnection:
         self._reader: StreamReader | None = None
         self._phase = "idle"
         self.connections_opened = 0
+        self.current: StreamResult | None = None  # the request under way, or the last one
         # The reply under way, or the last one (what came of it: ``seen()``).
         self.last_response: _Response | None = None
 
@@ -764,7 +765,8 @@ class SessionConnection:
         ``adapter.new_stream()``; others as one body with ``adapter.parse_response``. Server
         failures are returned as ``error_category``; only programming errors raise.
         """
-        res = StreamResult()
+        # Kept where a stop that kills this request mid-way finds what arrived (loadgen.session).
+        res = self.current = StreamResult()
         timer = gevent.Timeout(deadline_s)
         timer.start()
         t_deadline_ns = _perf_ns() + int(deadline_s * 1e9)
@@ -774,7 +776,7 @@ class SessionConnection:
                 self._phase = f"waiting {wait_s:g} s as the server's Retry-After asked"
                 gevent.sleep(wait_s)
                 # The request keeps its first send time: the wait the server imposed is latency.
-                res = StreamResult(t_send_ns=res.t_send_ns, throttled=res.throttled + 1)
+                res = self.current = StreamResult(t_send_ns=res.t_send_ns, throttled=res.throttled + 1)
                 self._exchange(prepared, adapter, res)
         except gevent.Timeout as t:
             if t is not timer:

@@ -724,6 +724,10 @@ class LoadgenRuntime:
 
     # ---------------------------------------------------------------- stop, verdict
     def _on_test_stopping(self, environment: Any, **_: Any) -> None:
+        if self.config is not None and self._preparing:
+            # Stopped while the workers were still loading the plan: the clock never starts.
+            self._stopping_requested = True
+            return
         if self.config is None or self.writer is None:
             return
         if self._draining:  # one drain a run, whichever path asked first; the others wait for it
@@ -762,6 +766,14 @@ class LoadgenRuntime:
             self.writer.update_run(missing_final_reports=missing)
 
     def _on_test_stop(self, environment: Any, **_: Any) -> None:
+        if self.config is not None and self._preparing and self.verdict is None:
+            for g in self._greenlets:
+                g.kill(block=False)
+            self._greenlets = []
+            self.verdict = Verdict(
+                EXIT_INCOMPLETE, "run incomplete: stopped before its arrivals started (the workers were loading the plan)"
+            )
+            return
         if self.config is None or self.writer is None:
             return
         for g in self._greenlets:

@@ -22,7 +22,7 @@ from typing import Any
 
 import gevent
 
-from analysis.records import STATUS_ERROR, STATUS_OK, RequestRecord
+from analysis.records import CUT_AT_STOP, STATUS_ERROR, STATUS_OK, RequestRecord
 from loadgen.client import SessionConnection, StreamResult, check_reply
 from loadgen.client import output_tokens as count_output_tokens
 from loadgen.conversation import Conversation, tool_definitions
@@ -117,9 +117,15 @@ def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
             ]  # fmt: skip
             # Each request has its own deadline; this bounds the join on top of them.
             longest_think_s = max(session.turns[s.index].think_time_s for s in stage.steps)
-            gevent.joinall(children, timeout=longest_think_s + ctx.request_timeout_s + 5.0)
+            try:
+                gevent.joinall(children, timeout=longest_think_s + ctx.request_timeout_s + 5.0)
+            except BaseException:
+                # This session is being killed (the stop's deadline): its children, which are no
+                # greenlets of the driver's pool, go with it and record what was on the wire.
+                gevent.killall(children, block=True, timeout=5.0)
+                raise
             if not all(g.ready() for g in children):
-                gevent.killall(children, block=False)
+                gevent.killall(children, block=True, timeout=5.0)
                 return
             results = [g.value for g in children]
             if any(r is None for r in results):
@@ -178,10 +184,55 @@ def _send_step(
         )
     )
     ctx.in_flight.requests += 1
+    conn.current = None
     try:
         result = conn.stream(prepared, ctx.adapter, deadline_s=ctx.request_timeout_s)
+    except gevent.GreenletExit:
+        # Killed on the wire: by the stop once its drain deadline passed, or by a fan-out join's
+        # deadline. A request that left has reached the server: it gets its record, with what
+        # arrived, so requests.jsonl holds one line for every request the server received.
+        cut = conn.current
+        if cut is not None and cut.t_send_ns:
+            _record_cut(ctx, session, plan, conversation, k, request_id, intended_ns, cut)
+        raise
     finally:
         ctx.in_flight.requests -= 1
+    return _finish_step(ctx, session, plan, conversation, k, request_id, intended_ns, result)
+
+
+def _record_cut(
+    ctx: SessionContext,
+    session: Session,
+    plan: SessionPlan,
+    conversation: Conversation,
+    k: int,
+    request_id: str,
+    intended_ns: int,
+    cut: StreamResult,
+) -> None:
+    cut.t_end_ns = time.perf_counter_ns()
+    got = f"{len(cut.chunk_ns)} token chunks had arrived"
+    if ctx.is_stopping():
+        cut.error_category = CUT_AT_STOP
+        cut.error_message = f"still on the wire when the stop's drain deadline passed; {got}"
+    else:
+        cut.error_category = "timeout"
+        cut.error_message = f"a fan-out's join deadline passed while it was on the wire; {got}"
+    _finish_step(ctx, session, plan, conversation, k, request_id, intended_ns, cut)
+
+
+def _finish_step(
+    ctx: SessionContext,
+    session: Session,
+    plan: SessionPlan,
+    conversation: Conversation,
+    k: int,
+    request_id: str,
+    intended_ns: int,
+    result: StreamResult,
+) -> StreamResult | None:
+    """Record step ``k``'s outcome; its result when it succeeded, else None."""
+    turn = session.turns[k]
     rec = _record(ctx, session, k, turn.max_tokens, request_id, intended_ns, result)
     step = plan.steps[k]
     rec.step_id = step.step_id
@@ -191,7 +242,7 @@ def _send_step(
     rec.session_steps = len(plan.steps)
     prompt_tokens = conversation.prompt_tokens(k)
     if prompt_tokens is not None and turn.cold:
-        prompt_tokens += ctx.tokenizer.count(nonce)
+        prompt_tokens += ctx.tokenizer.count(cold_nonce(ctx.run_id, session.session_id, k))
     rec.client_prompt_tokens = prompt_tokens
     ctx.on_record(rec)
     return result if rec.ok else None
