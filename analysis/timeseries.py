@@ -3,7 +3,10 @@ schedule-lag percentiles per interval. Times are seconds since the run's start.
 
 Throughput and in-flight counts come from the records (exact times); percentiles per interval come
 from ``metrics.hlog`` (one merged histogram per interval, across tags) when the run has it, else
-from the records bucketed by completion time.
+from the records bucketed by completion time. Either way a percentile is loadgen's one percentile
+(``analysis.hdr.percentile_values`` over an HDR histogram, docs/metrics.md): records are recorded
+into a histogram by the results format's recording rule (``records.metric_values``) first, so a
+plotted p99 is what summary.json would say for the same requests.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis import hdr, hlog
-from analysis.records import RequestRecord, parse_histogram_tag
+from analysis.records import RequestRecord, metric_values, parse_histogram_tag
 from analysis.results import RunResults, record_end_us
 
 
@@ -120,37 +123,52 @@ def _from_hlog(log: hlog.Hlog, metric: str, percentiles, max_points: int) -> Tim
 
 
 def _from_records(records: list[RequestRecord], metric: str, percentiles, width_s: float) -> TimeSeries:
-    buckets: dict[int, list[float]] = defaultdict(list)
+    buckets: dict[int, list[int]] = defaultdict(list)
     for r in records:
-        v = _record_value(r, metric)
-        if v is not None:
-            buckets[int(record_end_us(r) / 1e6 // width_s)].append(v)
+        vals = _record_values(r, metric)
+        if vals:
+            buckets[int(record_end_us(r) / 1e6 // width_s)].extend(vals)
     keys = sorted(buckets)
-    cols = {f"p{p:g}": [float(np.percentile(buckets[k], p)) / 1000.0 for k in keys] for p in percentiles}
+    cols: dict[str, list[float | None]] = {f"p{p:g}": [] for p in percentiles}
+    for k in keys:
+        for p, v in zip(percentiles, _percentiles_us(buckets[k], percentiles), strict=True):
+            cols[f"p{p:g}"].append(v / 1000.0)
     return TimeSeries([(k + 0.5) * width_s for k in keys], cols)
 
 
-def _record_value(r: RequestRecord, metric: str) -> float | None:
-    if metric == "schedule_lag":
-        return r.schedule_lag_us
-    if not r.ok:
-        return None
-    return {"ttft": r.ttft_us, "e2e": r.e2e_us, "tpot": r.tpot_us, "ttft_sched": r.ttft_sched_us}.get(metric)
+def _record_values(r: RequestRecord, metric: str) -> list[int]:
+    """The values ``r`` adds to ``metric``'s histogram: the recording rule of ``records.metric_values``
+    (which yields each metric's values together, so the walk stops after them)."""
+    out: list[int] = []
+    for m, v in metric_values(r):
+        if m == metric:
+            out.append(v)
+        elif out:
+            break
+    return out
+
+
+def _percentiles_us(values_us, percentiles) -> list[int]:
+    """``percentiles`` of ``values_us`` as summary.json computes them: recorded (rounded, clamped to
+    1 µs .. 1 h) into an HDR histogram and read with ``hdr.percentile_values``."""
+    return hdr.percentile_values(hlog.record_clamped(hlog.new_histogram(), values_us), percentiles)
 
 
 def ttft_by_turn(
     records: list[RequestRecord], percentiles=(50.0, 90.0, 99.0), *, min_count: int = 3
 ) -> TimeSeries:
-    """TTFT percentiles (ms) per turn index, over successful requests; turns with fewer than
-    ``min_count`` requests are left out (their percentiles would be noise)."""
-    by_turn: dict[int, list[float]] = defaultdict(list)
+    """TTFT percentiles (ms) per turn index, over successful requests (HDR percentiles, as
+    summary.json's); turns with fewer than ``min_count`` requests are left out (their percentiles
+    would be noise)."""
+    by_turn: dict[int, list[int]] = defaultdict(list)
     for r in records:
-        if r.ok and r.ttft_us is not None:
-            by_turn[r.turn_index].append(r.ttft_us / 1000.0)
+        if vals := _record_values(r, "ttft"):
+            by_turn[r.turn_index].extend(vals)
     turns = [k for k in sorted(by_turn) if len(by_turn[k]) >= min_count]
-    cols: dict[str, list[float | None]] = {
-        f"p{p:g}": [float(np.percentile(by_turn[k], p)) for k in turns] for p in percentiles
-    }
+    cols: dict[str, list[float | None]] = {f"p{p:g}": [] for p in percentiles}
+    for k in turns:
+        for p, v in zip(percentiles, _percentiles_us(by_turn[k], percentiles), strict=True):
+            cols[f"p{p:g}"].append(v / 1000.0)
     cols["count"] = [float(len(by_turn[k])) for k in turns]
     return TimeSeries([float(k) for k in turns], cols)
 

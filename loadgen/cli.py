@@ -180,7 +180,10 @@ def ab(arms: str, predict: bool, **kwargs: Any) -> None:
 @click.option("--engine", type=click.Choice(["sim", "llama-server"]), default="sim", show_default=True, help="llama-server: real replicas (SmolLM2 on the CPU), a smaller workload, and the sim's prediction beside it.")
 @click.option("--max-schedule-lag", default=None, help="Bound on the generator's schedule-lag p99 (default: 50ms for the sim, 200ms for llama-server).")
 def demo(quick: bool, results: str, engine: str, max_schedule_lag: str | None) -> None:
-    """Round-robin vs cache-aware routing on two replicas (simulated laptop ones by default) behind sglang-router."""
+    """Round-robin vs cache-aware routing on two replicas (simulated laptop ones by default) behind sglang-router.
+
+    Exits 0 when the expected shape is met, 3 when it is not; a failed arm's own code first.
+    """
     from loadgen.demo import run_demo
 
     sys.exit(run_demo(quick=quick, results=results, engine=engine, max_schedule_lag=max_schedule_lag))

@@ -51,6 +51,7 @@ import gevent
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from analysis import hdr
 from analysis.hlog import new_histogram, record_clamped
 
 __all__ = [
@@ -409,9 +410,10 @@ def _figures(h: HdrHistogram) -> dict[str, Any] | None:
     n = h.get_total_count()
     if not n:
         return None
+    p50, p99 = hdr.percentile_values(h, (50.0, 99.0))
     return {
         "count": n,
-        "p50": round(h.get_value_at_percentile(50) / 1000.0, 3),
-        "p99": round(h.get_value_at_percentile(99) / 1000.0, 3),
+        "p50": round(p50 / 1000.0, 3),
+        "p99": round(p99 / 1000.0, 3),
         "max": round(h.get_max_value() / 1000.0, 3),
     }

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from analysis import hdr
 from analysis.generator_health import COALESCED_BOUND, coalescing_from_histograms
 from analysis.units import format_duration_us
 
@@ -44,8 +45,9 @@ class ProgressLine:
         started, sessions, requests_in_flight = self.in_flight()
         ttft = self.aggregate.combined("ttft")
         n = ttft.get_total_count()
-        p50 = format_duration_us(ttft.get_value_at_percentile(50)) if n else "-"
-        p99 = format_duration_us(ttft.get_value_at_percentile(99)) if n else "-"
+        v50, v99 = hdr.percentile_values(ttft, (50.0, 99.0))
+        p50 = format_duration_us(v50) if n else "-"
+        p99 = format_duration_us(v99) if n else "-"
         errors = sum(self.aggregate.errors.values())
         return (
             f"[{elapsed:6.1f}s] sessions {started} started, {sessions} in flight | "
