@@ -225,8 +225,8 @@ def run_quality_command(
     insecure: bool = False,
 ) -> int:
     """``loadgen quality``: preflight, evaluate, print; 2 when below ``--min-score``."""
+    from loadgen.preflight import preflight
     from targets.errors import TargetError
-    from targets.identity import preflight
 
     check_min_score(min_score, "--min-score")
     if not target.startswith(("http://", "https://")):

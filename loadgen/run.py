@@ -374,9 +374,9 @@ def preflight(opts: RunOptions, url: str, replica_urls: list[str] | None = None)
     model of its own (sglang-router's ``/v1/models`` says ``unknown``), so every replica is read
     and checked, and the first one's identity is recorded with the router's URL.
     """
+    from loadgen.preflight import preflight as target_preflight
     from targets.errors import TargetError
     from targets.identity import check_expected, read_identity
-    from targets.identity import preflight as target_preflight
     from targets.registry import get_adapter
     from targets.tls import INSECURE_WARNING, tls_context
 

@@ -137,9 +137,9 @@ def test_429_retry_after_past_the_deadline_fails_at_once(hostile):
 
 
 def test_503_while_starting_up_then_served(hostile):
+    from loadgen.preflight import preflight
     from targets.adapters.openai import OpenAIChatAdapter
     from targets.errors import TargetError
-    from targets.identity import preflight
 
     t0 = time.monotonic()
     res, _ = send(hostile, "startup-0.6")  # 503 for 0.6 s after this first request
@@ -170,9 +170,9 @@ def test_resets_at_random_byte_offsets_end_by_category(hostile):
 
 
 def test_redirect_is_not_followed(hostile):
+    from loadgen.preflight import preflight
     from targets.adapters.openai import OpenAIChatAdapter
     from targets.errors import TargetError
-    from targets.identity import preflight
 
     res, _ = send(hostile, "redirect")
     assert res.error_category == "http_3xx"

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
+from loadgen.preflight import preflight
 from targets.errors import TargetError
-from targets.identity import check_expected, preflight, read_identity
+from targets.identity import check_expected, read_identity
 from targets.registry import get_adapter
 from tests.conftest import free_port
 from tests.integration.test_client_stream import start_servers, stop_servers

@@ -14,8 +14,9 @@ import urllib.request
 import pytest
 
 from loadgen.client import SessionConnection
+from loadgen.preflight import preflight
 from targets.adapters.base import ChatRequest
-from targets.identity import check_expected, preflight, read_identity
+from targets.identity import check_expected, read_identity
 from targets.registry import get_adapter
 from targets.scrape import diff, prefix_cache_hit_rate, scrape
 from targets.sim.process import SimProcess

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from loadgen.errors import UserError
+from loadgen.preflight import preflight
 from targets.adapters.openai import OpenAIChatAdapter
 from targets.errors import TargetError
-from targets.identity import preflight
 from tests.integration.test_client_hostile import start_hostile
 
 SLACK_S = 3.0  # a busy 2-core machine: ends within its deadline plus this

@@ -11,9 +11,10 @@ import subprocess
 import gevent.ssl
 import pytest
 
+from loadgen.preflight import preflight
 from targets.adapters.openai import OpenAIChatAdapter
 from targets.errors import TargetError
-from targets.identity import preflight, read_identity
+from targets.identity import read_identity
 from targets.tls import tls_context
 from tests.integration.test_client_hostile import send, start_hostile
 
