@@ -183,7 +183,8 @@ def metric_values(rec: RequestRecord) -> Iterator[tuple[str, int]]:
     The runtime records exactly these values, and ``analysis`` rebuilds histograms from
     ``requests.jsonl`` with the same function, so the two agree bit for bit.
     """
-    yield "schedule_lag", rec.schedule_lag_us
+    if rec.sent:  # a request that never left (client_network) has no send time, so no lag
+        yield "schedule_lag", rec.schedule_lag_us
     if not rec.ok:
         return
     ttft = rec.ttft_us

@@ -301,7 +301,8 @@ def histograms_from_records(records: Iterable[RequestRecord]) -> dict[str, HdrHi
     by_labels: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
     for r in records:
         labels = (r.turn_class, r.tenant, r.target)
-        by_labels[("schedule_lag", *labels)].append(r.schedule_lag_us)
+        if r.sent:
+            by_labels[("schedule_lag", *labels)].append(r.schedule_lag_us)
         if not r.ok:
             continue
         if r.t_first_us is not None:
