@@ -40,6 +40,7 @@ from analysis.sessions import session_stats, step_kind_stats
 from analysis.slo import Slos, evaluate_percentile_slos, parse_slos, stat_key
 from analysis.summary_format import format_summary, summary_to_csv  # re-exported: one import for callers
 from analysis.ttft_split import ttft_split
+from analysis.usage_check import usage_check, usage_note
 
 SUMMARY_SCHEMA_VERSION = 1
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -147,6 +148,9 @@ def summarize_results(
     }
     out["tokenizer"] = info.get("tokenizer") or {"name": "builtin", "kind": "approximate"}
     out["prompt_tokens_check"] = prompt_tokens_check(ctx.measured, info.get("tokenizer"))
+    out["usage_check"] = usage_check(ctx.measured)
+    if (line := usage_note(out["usage_check"])) is not None:
+        notes.append(line)
     unknown_in = sum(1 for r in ctx.finished if r.ok and r.prompt_tokens is None)
     if unknown_in:
         notes.append(f"{unknown_in} request(s) have no prompt token count; input tokens/s undercounts")

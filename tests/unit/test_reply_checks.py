@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from analysis.records import metric_values
+from analysis.records import RequestRecord, metric_values
 from loadgen import client
 from loadgen.client import SessionConnection, StreamResult
 from loadgen.session import InFlight, SessionContext, _record
@@ -256,3 +256,21 @@ def test_a_broken_data_line_still_fails_at_the_end_of_its_event():
         st.dispatch()  # the body ended: what was kept is parsed, and fails
     with pytest.raises(BadChunk, match="not an SSE line"):
         _state()[0].take([b"garbage"], 100)
+
+
+def test_the_summary_counts_replies_whose_usage_disagrees_with_their_chunks() -> None:
+    from analysis.usage_check import usage_check, usage_note
+
+    def rec(usage: int | None, chunks: int | None, status: str = "ok") -> RequestRecord:
+        return RequestRecord(
+            "r", "s", 0, 0, "first", "default", "t", "w", status, 0, 0,
+            usage_completion_tokens=usage, chunk_output_tokens=chunks,
+        )  # fmt: skip
+
+    check = usage_check([rec(1, 16), rec(48, 16), rec(5, 5), rec(None, 7), rec(3, 9, "error")])
+    assert check is not None
+    assert (check["requests"], check["disagree"]) == (3, 2)
+    assert (check["usage_above_chunks"], check["usage_below_chunks"]) == (1, 1)
+    assert (check["usage_minus_chunks_min"], check["usage_minus_chunks_max"]) == (-15, 32)
+    assert usage_note(check).startswith("2 of 3 replies: usage.completion_tokens disagreed")
+    assert usage_check([rec(None, 4)]) is None and usage_note(usage_check([rec(4, 4)])) is None
