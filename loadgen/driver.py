@@ -216,8 +216,10 @@ class Driver:
         api_key: str | None,
         skip_before_s: float | None = None,
         recv_delays: list[int] | None = None,
+        schedule: Schedule | None = None,
     ) -> None:
-        """``recv_delays``: where streams append their receive delays (``loadgen.health``)."""
+        """``recv_delays``: where streams append their receive delays (``loadgen.health``);
+        ``schedule``: the run's global schedule when the caller built it already."""
         t_prep = time.perf_counter()
         self.plan = plan
         self.worker_id = worker_id
@@ -254,7 +256,9 @@ class Driver:
             tokenizer=getattr(workload, "tokenizer", None),
         )
         self.t0_ns = 0
-        self.schedule = None if cfg.concurrency else global_schedule(cfg, workload)
+        if schedule is None and not cfg.concurrency:
+            schedule = global_schedule(cfg, workload)
+        self.schedule = schedule
         self.connect_s = None if cfg.concurrency else measure_connect_s(cfg.target_url, options)
         self.session_lead_ns = session_lead_ns(self.connect_s)
         self.prepare_s = time.perf_counter() - t_prep

@@ -72,6 +72,17 @@ SPAWN_WAIT_S = 5.0
 TAKEOVER_LEAD_S = 0.5
 
 
+def off_the_loop(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in a thread of the hub's pool, this greenlet waiting for it.
+
+    Reading a large trace or dataset holds the CPU for seconds; on the event loop that would stop
+    Locust's heartbeats (the master would take the worker for lost, the worker its master) and
+    every message. In a thread the loop keeps running: the GIL is handed over every few ms.
+    Only pure work goes there (parsing, numpy), never a gevent socket.
+    """
+    return gevent.get_hub().threadpool.apply(fn, args)
+
+
 class LoadgenRuntime:
     def __init__(self, environment: Any) -> None:
         self.env = environment
@@ -235,8 +246,8 @@ class LoadgenRuntime:
         self.config = cfg
         slos = parse_slos(cfg.slos)
         self.aggregate = MetricsAggregate(slos.request_meets if slos.per_request else None)
-        workload = config_workload(cfg)  # validate before any load is sent
-        schedule = None if cfg.concurrency else global_schedule(cfg, workload)
+        workload = off_the_loop(config_workload, cfg)  # validate before any load is sent
+        schedule = None if cfg.concurrency else off_the_loop(global_schedule, cfg, workload)
         if schedule is not None:
             check_session_count(cfg.num_sessions, schedule.available, "the trace" if cfg.arrival == "trace" else "the workload")
         self.accounting = Accounting.plan(cfg, schedule, workload)
@@ -333,7 +344,8 @@ class LoadgenRuntime:
         it starts with ``driver.start`` when the run's clock does."""
         cfg = plan.config
         api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
-        workload = load_plan_workload(cfg)
+        workload = off_the_loop(load_plan_workload, cfg)
+        schedule = None if cfg.concurrency else off_the_loop(global_schedule, cfg, workload)
         self.recorder = Recorder()
         self.plan = plan
         self._done_sent = False
@@ -351,6 +363,7 @@ class LoadgenRuntime:
             api_key=api_key,
             skip_before_s=skip_before_s,
             recv_delays=self.health.recv_delays_ns,
+            schedule=schedule,
         )
 
     def _on_record(self, rec: RequestRecord) -> None:
