@@ -1059,7 +1059,7 @@ class SessionConnection:
                 readable, _, _ = select.select([sock], [], [], 0)
             except (OSError, ValueError):
                 readable = [sock]
-            if not readable:
+            if not readable or (self._tls and _only_tls_records(sock)):
                 return False
             # An idle connection has nothing to read: readable means the server closed it (EOF)
             # or sent something unsolicited. Either way it cannot carry the next request.
@@ -1138,6 +1138,23 @@ class SessionConnection:
         res.error_message = (
             one_line if len(one_line) <= _MESSAGE_CHARS else one_line[: _MESSAGE_CHARS - 3] + "..."
         )
+
+
+def _only_tls_records(sock: ssl.SSLSocket) -> bool:
+    """Whether what made an idle TLS connection readable was TLS's own (a TLS 1.3 server sends its
+    session tickets after the handshake): then it is still good for the next request. Reading
+    without blocking lets the TLS layer take them; application data or EOF means it is not."""
+    try:
+        sock.settimeout(0.0)
+        try:
+            sock.recv(1)
+        finally:
+            sock.settimeout(None)
+    except (ssl.SSLWantReadError, BlockingIOError):
+        return True
+    except (OSError, ValueError):
+        return False
+    return False  # EOF (b""), or a byte of a reply nobody asked for
 
 
 @functools.lru_cache(maxsize=64)

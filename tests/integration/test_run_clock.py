@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import socket
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import orjson
 import pytest
 
 from loadgen.driver import MIN_SESSION_LEAD_NS, measure_connect_s, session_lead_ns
 
-from .runs import loadgen, run_dir, sim
+from .runs import loadgen, records, run_dir, sim
+
+DELAY_PROXY = Path(__file__).resolve().parent.parent / "delay_proxy.py"
 
 
 def _big_trace(path, rows: int = 40_000) -> None:
@@ -106,3 +112,38 @@ def test_a_trace_that_loads_for_longer_than_the_heartbeat_timeout_still_runs(tmp
     [worker] = info["workers"]
     assert worker["prepare_s"] > 5.0, f"the trace loaded in {worker['prepare_s']} s: not past the heartbeat timeout"
     assert info["lost_workers"] == [] and info["accounting"]["sessions_started"] == 10
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_a_far_https_target_does_not_make_first_turns_late(tmp_path) -> None:
+    """Behind a 50 ms one-way delay a TLS connection takes ~100 ms to set up. Sessions used to
+    open theirs 20 ms before the first turn, which then left ~80 ms late: schedule lag the
+    generator did not owe. Now the worker measures the set-up and opens it twice as early."""
+    from tests.integration.test_client_hostile import start_hostile
+    from tests.integration.test_tls_targets import make_certificate
+
+    cert, key = make_certificate(tmp_path)
+    server, port = start_hostile("--tls", cert, key)
+    proxy = subprocess.Popen([sys.executable, str(DELAY_PROXY), str(port), "50"], stdout=subprocess.PIPE, text=True)
+    try:
+        proxy_port = int(proxy.stdout.readline().split()[1])
+        results = tmp_path / "results"
+        r = loadgen(
+            "run", "--target", f"https://127.0.0.1:{proxy_port}/ok", "--ca-cert", cert, "--workload", "tiny",
+            "--rate", "4", "--num-sessions", "8", "--seed", "1", "--results", str(results),
+            "--max-schedule-lag", "10s",
+        )  # fmt: skip
+    finally:
+        proxy.kill()
+        server.kill()
+        proxy.wait(timeout=5)
+        server.wait(timeout=5)
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = run_dir(results)
+    [worker] = orjson.loads((d / "run.json").read_bytes())["workers"]
+    assert worker["connect_s"] >= 0.09, worker  # the handshake's round trip through the delay
+    assert worker["session_lead_ms"] >= 2 * worker["connect_s"] * 1000 - 1
+    first = [rec for rec in records(d) if rec.turn_index == 0]
+    assert len(first) == 8
+    worst_ms = max(rec.schedule_lag_us for rec in first) / 1000
+    assert worst_ms < worker["connect_s"] * 1000 / 2, (worst_ms, worker)

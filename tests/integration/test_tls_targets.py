@@ -108,3 +108,25 @@ def test_the_quality_eval_honours_the_ca_cert(tls_server):
     assert all(i.answer.startswith("t0 t1 t2") and i.error is None for i in trusted.items)
     untrusted = evaluate(f"{base}/ok", items)
     assert all(i.answer is None and "certificate verify failed" in (i.error or "") for i in untrusted.items)
+
+
+def test_a_kept_tls_connection_carries_the_next_requests(tls_server):
+    """A TLS 1.3 server sends session tickets after the handshake, so an idle connection reads as
+    readable: it used to be taken for closed and every request opened a new connection (one more
+    handshake, charged to the request's schedule lag)."""
+    import time
+
+    from loadgen.client import SessionConnection
+
+    base, cert = tls_server
+    conn = SessionConnection(f"{base}/ok", ssl_context=tls_context(cert, ssl_module=gevent.ssl))
+    try:
+        conn.preconnect()
+        time.sleep(0.2)  # the tickets arrive
+        for _ in range(3):
+            res, _ = send(base, "ok", conn=conn)
+            assert res.ok, res.error_message
+            time.sleep(0.05)
+        assert conn.connections_opened == 1
+    finally:
+        conn.close()
