@@ -14,17 +14,7 @@ import time
 import pytest
 
 from analysis.records import STATUS_ERROR, STATUS_OK
-from tests.integration.test_client_hostile import start_hostile
 from tests.unit.test_reply_checks import SESSION, ctx
-
-
-@pytest.fixture(scope="module")
-def hostile():
-    proc, port = start_hostile()
-    yield f"http://127.0.0.1:{port}"
-    proc.kill()
-    proc.wait(timeout=5)
-
 
 _ids = iter(range(1_000_000))
 

@@ -37,14 +37,6 @@ def start_hostile(*args: str) -> tuple[subprocess.Popen, int]:
     return proc, int(line.split()[1])
 
 
-@pytest.fixture(scope="module")
-def hostile():
-    proc, port = start_hostile()
-    yield f"http://127.0.0.1:{port}"
-    proc.kill()
-    proc.wait(timeout=5)
-
-
 _ids = iter(range(1_000_000))
 
 

@@ -16,17 +16,8 @@ from loadgen.errors import UserError
 from loadgen.preflight import preflight
 from targets.adapters.openai import OpenAIChatAdapter
 from targets.errors import TargetError
-from tests.integration.test_client_hostile import start_hostile
 
 SLACK_S = 3.0  # a busy 2-core machine: ends within its deadline plus this
-
-
-@pytest.fixture(scope="module")
-def hostile():
-    proc, port = start_hostile()
-    yield f"http://127.0.0.1:{port}"
-    proc.kill()
-    proc.wait(timeout=5)
 
 
 def refused(base: str, behaviour: str, **kw) -> tuple[str, float]:
