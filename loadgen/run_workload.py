@@ -17,7 +17,7 @@ from loadgen.config import RunConfig
 from loadgen.errors import UserError
 
 MAX_SHIPPED_BYTES = 64 * 1024 * 1024
-FILE_SUFFIXES = (".yaml", ".yml", ".jsonl", ".json", ".csv")
+FILE_SUFFIXES = (".yaml", ".yml", ".jsonl", ".json", ".csv", ".gz", ".gzip", ".zst", ".zstd")
 
 
 def parse_options_flag(text: str) -> dict[str, str]:
@@ -40,8 +40,19 @@ def workload_file_text(workload: str) -> str | None:
         raise UserError(f"--workload {workload}: no such file")
     if p.stat().st_size > MAX_SHIPPED_BYTES:
         return None
+    # A gzip/zstd file (told by content) ships decompressed, so the worker needs no decompressor;
+    # decompressed past the limit, the worker reads the same path, like any large file.
+    from workloads.compressed import compression, read_bytes
+    from workloads.errors import WorkloadError
+
     try:
-        return p.read_text(encoding="utf-8")
+        data = read_bytes(p) if compression(p) else p.read_bytes()
+    except WorkloadError as e:
+        raise UserError(f"--workload: {e}") from None
+    if len(data) > MAX_SHIPPED_BYTES:
+        return None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"--workload {workload}: not UTF-8 text; workload files are UTF-8") from None
 

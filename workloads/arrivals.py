@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.units import DURATION_FORM, RATE_FORM, parse_duration_s, parse_rate_per_s
+from workloads.compressed import data_suffix, read_bytes
 from workloads.errors import WorkloadError
 
 ARRIVAL_KINDS: tuple[str, ...] = ("poisson", "gamma", "constant", "trace")
@@ -291,7 +292,7 @@ def _accumulate(draw: Callable[[], np.ndarray], *, n: int | None, duration_s: fl
 
 def _read_trace(path: Path) -> np.ndarray:
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_bytes(path).decode("utf-8-sig")  # gzip/zstd told by content
     except (OSError, UnicodeDecodeError) as e:
         reason = getattr(e, "strerror", None) or str(e)
         raise WorkloadError(f"{path}: cannot read the trace ({reason}); give a readable text file") from None
@@ -299,7 +300,7 @@ def _read_trace(path: Path) -> np.ndarray:
     first = next((ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")), None)
     if first is None:
         raise WorkloadError(f"{path}: the trace holds no timestamps; give one per line, a CSV or JSONL")
-    suffix = path.suffix.lower()
+    suffix = data_suffix(path)
     if suffix == ".jsonl" or (suffix != ".csv" and first.startswith("{")):
         values = _jsonl_timestamps(path, lines)
     elif suffix == ".csv" or not _is_number(first):

@@ -22,6 +22,7 @@ absent or 0 on the first turn.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from analysis.units import parse_duration_s
+from workloads.compressed import read_bytes
 from workloads.dag import plan_turns
 from workloads.errors import WorkloadError
 from workloads.model import Session, Turn
@@ -130,29 +132,30 @@ def load_sessions_jsonl(path: str | Path) -> SessionFileWorkload:
     path = Path(path)
     where = str(path)
     try:
-        handle = path.open(encoding="utf-8")
+        data = read_bytes(path)
     except OSError as e:
         reason = e.strerror or str(e)
         raise WorkloadError(
             f"{where}: cannot read the session file ({reason}); give a readable .jsonl file"
         ) from None
+    try:
+        text = data.decode("utf-8-sig")  # a leading BOM (Windows editors write one) is not content
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{where}: not UTF-8 text; a session file is UTF-8 JSON lines") from None
+    del data
     records: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
-    with handle:
-        try:
-            for lineno, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                rec = _parse_line(line, where=f"{where} line {lineno}")
-                if rec["id"] in seen:
-                    raise WorkloadError(
-                        f"{where} line {lineno}: id: {_short(rec['id'])} already used on line {seen[rec['id']]}; "
-                        "give every session a unique id"
-                    )
-                seen[rec["id"]] = lineno
-                records.append(rec)
-        except UnicodeDecodeError:
-            raise WorkloadError(f"{where}: not UTF-8 text; a session file is UTF-8 JSON lines") from None
+    for lineno, line in enumerate(io.StringIO(text, newline=None), start=1):
+        if not line.strip():
+            continue
+        rec = _parse_line(line, where=f"{where} line {lineno}")
+        if rec["id"] in seen:
+            raise WorkloadError(
+                f"{where} line {lineno}: id: {_short(rec['id'])} already used on line {seen[rec['id']]}; "
+                "give every session a unique id"
+            )
+        seen[rec["id"]] = lineno
+        records.append(rec)
     if not records:
         raise WorkloadError(f"{where}: holds no sessions; give one JSON object per line")
     return SessionFileWorkload(records, name=path.stem, source=where)

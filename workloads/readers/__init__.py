@@ -20,6 +20,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
+from workloads.compressed import data_suffix
 from workloads.errors import WorkloadError
 from workloads.readers.base import WorkloadReader, iter_json_array, open_text, parse_workload_options
 from workloads.text import BUILTIN, TextTokenizer
@@ -88,7 +89,7 @@ def detect_format(path: str | Path) -> str:
     """The installed reader whose format ``path`` is in, from its extension and its first record."""
     path = Path(path)
     first = _first_record(path)
-    suffix = path.suffix.lower()
+    suffix = data_suffix(path)  # data.json.gz is a .json file
     names = available_readers()
     for name in names:
         reader = get_reader(name)

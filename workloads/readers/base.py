@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from analysis.units import parse_duration_s
+from workloads.compressed import read_text
 from workloads.errors import WorkloadError
 from workloads.text import BUILTIN, TextTokenizer
 from workloads.workload import Workload
@@ -93,13 +94,9 @@ def option_duration(options: Mapping[str, str], key: str, default: float, *, whe
 
 
 def open_text(path: Path, what: str) -> str:
-    """The file's text (UTF-8, BOM allowed); a one-line error for a missing or non-UTF-8 file."""
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise WorkloadError(f"{path}: not UTF-8 text; a {what} is UTF-8") from None
-    except OSError as e:
-        raise WorkloadError(f"{path}: cannot read the {what} ({e.strerror or e}); give a readable file") from None
+    """The file's text (UTF-8, BOM allowed; gzip or zstd decompressed, told by content); a one-line
+    error for a missing, broken or non-UTF-8 file."""
+    return read_text(path, what)
 
 
 def iter_json_lines(path: Path, text: str) -> Iterator[tuple[int, Any]]:
