@@ -26,7 +26,7 @@ import io
 import json
 import math
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -348,7 +348,7 @@ def write_sessions_jsonl(
         )
     path = Path(path)
     offsets = workload.arrival_offsets()
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent or ".")
+    fd, tmp = _create_beside(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for k, session in enumerate(workload.sessions(seed, n)):
@@ -362,3 +362,15 @@ def write_sessions_jsonl(
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _create_beside(path: Path) -> tuple[int, str]:
+    """A new temporary file next to ``path`` with the mode a plain ``open`` gives (0666 less the
+    umask: 0644 under 022), not ``mkstemp``'s 0600, so the exported file is as readable as any."""
+    for _ in range(100):
+        tmp = str(path.parent / f"{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path.parent}: cannot create a temporary file beside {path.name}")
