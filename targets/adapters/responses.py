@@ -1,0 +1,261 @@
+"""The OpenAI Responses API: ``POST /v1/responses`` with ``stream: true``.
+
+Request: system messages join into ``instructions``; the rest become ``input`` items: user and
+assistant ``message`` items, one ``function_call`` item per assistant tool call (``call_id``,
+``name``, ``arguments``) and a ``function_call_output`` item per ``tool`` message. The token budget
+is ``max_output_tokens``; ``store: false`` (a load test leaves nothing behind). OpenAI chat ``tools``
+definitions (``extra_body={"tools": ...}``) become flat ``{type: function, name, description,
+parameters}`` tools. The session id travels in the session header and in ``user``. Bearer auth.
+
+Stream (named SSE events; each ``data:`` object repeats its ``type``, which is what is read):
+
+* ``response.output_text.delta`` (reply text), ``response.reasoning_text.delta``,
+  ``response.reasoning_summary_text.delta`` (reasoning: generated tokens, not reply text),
+  ``response.refusal.delta`` and ``response.function_call_arguments.delta`` are token-bearing,
+  one token per delta;
+* ``response.completed`` and ``response.incomplete`` (``max_output_tokens`` reached) end the
+  stream; their ``response.usage`` holds ``input_tokens`` (cached included),
+  ``input_tokens_details.cached_tokens``, ``output_tokens`` (reasoning included) and
+  ``output_tokens_details.reasoning_tokens``;
+* ``response.failed`` (``response.error {code, message}``) and ``error`` (``{code, message}``)
+  are errors, with the HTTP status their code stands for (``ERROR_STATUS``);
+* every other event (``response.created``, ``response.output_item.added``, ``*.done``, ...)
+  carries nothing loadgen counts. There is no ``[DONE]`` (one is accepted as the end).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .base import (
+    Adapter,
+    BadChunk,
+    ChatRequest,
+    PreparedRequest,
+    StreamEvent,
+    Usage,
+    build_headers,
+    count_or_none,
+    load_json,
+    sse_payload,
+    text_or_empty,
+)
+
+__all__ = ["ERROR_STATUS", "OpenAIResponsesAdapter", "to_input"]
+
+# Error codes of ``response.failed`` / ``error`` events and the HTTP status they stand for.
+ERROR_STATUS: dict[str, int] = {
+    "invalid_request_error": 400,
+    "invalid_prompt": 400,
+    "context_length_exceeded": 400,
+    "authentication_error": 401,
+    "invalid_api_key": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "rate_limit_exceeded": 429,
+    "rate_limit_error": 429,
+    "insufficient_quota": 429,
+    "server_error": 500,
+    "api_error": 500,
+    "timeout_error": 504,
+    "server_is_overloaded": 503,
+    "overloaded_error": 529,
+}
+
+_TEXT_DELTA = "response.output_text.delta"
+_TOKEN_DELTAS = frozenset(
+    (
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.refusal.delta",
+        "response.function_call_arguments.delta",
+    )
+)
+_ENDS = frozenset(("response.completed", "response.incomplete"))
+
+
+class OpenAIResponsesAdapter(Adapter):
+    """Options: ``temperature`` (sent when set); ``ignore_eos`` (default False: the OpenAI service
+    rejects it; vLLM's and SGLang's Responses endpoints take it); ``store`` (default False)."""
+
+    name = "openai-responses"
+    path = "/v1/responses"
+    accepts_tools = True
+
+    def __init__(self, *, temperature: float | None = None, ignore_eos: bool = False, store: bool = False) -> None:
+        self.temperature = temperature
+        self.ignore_eos = ignore_eos
+        self.store = store
+
+    def build_request(self, req: ChatRequest) -> PreparedRequest:
+        instructions, items = to_input(req.messages)
+        body: dict[str, Any] = {}
+        if req.model is not None:
+            body["model"] = req.model
+        if instructions:
+            body["instructions"] = instructions
+        body["input"] = items
+        body["max_output_tokens"] = req.max_tokens
+        body["stream"] = req.stream
+        body["store"] = self.store
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if self.ignore_eos and req.ignore_eos:
+            body["ignore_eos"] = True
+        body["user"] = req.session_id
+        extra = dict(req.extra_body) if req.extra_body else {}
+        tools = extra.pop("tools", None)
+        if tools:
+            body["tools"] = [_tool(t) for t in tools]
+        body.update(extra)
+        return PreparedRequest("POST", self.path, build_headers(req, stream=req.stream), orjson.dumps(body), req.stream)
+
+    def new_stream(self) -> _ResponsesStream:
+        return _ResponsesStream()
+
+    def parse_response(self, body: bytes) -> StreamEvent:
+        obj = load_json(body)
+        if obj.get("status") == "failed" or (obj.get("error") and obj.get("object") != "response"):
+            return _error(obj.get("error") if type(obj.get("error")) is dict else obj)
+        output = obj.get("output") or []
+        if type(output) is not list:
+            raise BadChunk("output is not a list in a Responses reply")
+        texts, generated = [], False
+        for item in output:
+            if type(item) is not dict:
+                continue
+            if item.get("type") == "message":
+                for part in item.get("content") or ():
+                    if type(part) is dict and part.get("type") == "output_text":
+                        texts.append(text_or_empty(part.get("text")))
+            elif item.get("type") in ("reasoning", "function_call"):
+                generated = True
+        text = "".join(texts)
+        usage = _usage(obj.get("usage"))
+        tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else int(generated or bool(text))
+        return StreamEvent(tokens=tokens, text=text, usage=usage, done=True)
+
+
+def _tool(t: Any) -> Any:
+    """An OpenAI chat function tool as a Responses tool; anything else is passed as given."""
+    fn = t.get("function") if type(t) is dict and t.get("type") == "function" else None
+    if type(fn) is not dict:
+        return t
+    out = {"type": "function", "name": fn.get("name")}
+    if fn.get("description"):
+        out["description"] = fn["description"]
+    out["parameters"] = fn.get("parameters") or {"type": "object", "properties": {}}
+    return out
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if type(content) is str:
+        return content
+    if type(content) is list:
+        return "\n".join(p.get("text", "") for p in content if type(p) is dict and p.get("type") == "text")
+    return str(content)
+
+
+def to_input(messages: list[dict]) -> tuple[str, list[dict]]:
+    """OpenAI-shaped chat messages as ``(instructions, input items)`` (see the module docstring)."""
+    instructions: list[str] = []
+    items: list[dict] = []
+    for m in messages:
+        role = m.get("role")
+        content = _text(m.get("content"))
+        if role in ("system", "developer"):
+            if content:
+                instructions.append(content)
+        elif role == "tool":
+            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id") or "", "output": content})
+        elif role == "assistant":
+            calls = m.get("tool_calls") or ()
+            if content or not calls:
+                items.append({"type": "message", "role": "assistant", "content": content})
+            for call in calls:
+                fn = call.get("function") or {}
+                args = fn.get("arguments")
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call.get("id") or "",
+                        "name": fn.get("name") or "",
+                        "arguments": args if type(args) is str else orjson.dumps(args or {}).decode(),
+                    }
+                )
+        else:
+            items.append({"type": "message", "role": "user", "content": content})
+    return "\n\n".join(instructions), items
+
+
+def _code(code: Any) -> int | None:
+    if type(code) is int:
+        return code
+    if type(code) is str:
+        if code.isdigit():
+            return int(code)
+        return ERROR_STATUS.get(code)
+    return None
+
+
+def _error(err: Any) -> StreamEvent:
+    """An error object: ``{code, message}`` (``type`` too in some servers' ``error`` events)."""
+    if type(err) is not dict:
+        return StreamEvent(error=str(err)[:300])
+    code = err.get("code")
+    kind = err.get("type")
+    status = _code(code)
+    if status is None and kind != "error":
+        status = _code(kind)
+    label = code if type(code) is str else kind if type(kind) is str and kind != "error" else None
+    message = str(err.get("message") or label or "error")
+    if label and label not in message:
+        message = f"{label}: {message}"
+    return StreamEvent(error=" ".join(message.split())[:300], error_code=status)
+
+
+def _usage(u: Any) -> Usage | None:
+    if type(u) is not dict:
+        return None
+    details = u.get("input_tokens_details")
+    return Usage(
+        count_or_none(u.get("input_tokens")),
+        count_or_none(u.get("output_tokens")),
+        count_or_none(details.get("cached_tokens")) if type(details) is dict else None,
+    )
+
+
+class _ResponsesStream:
+    """Responses events carry their own state (``response`` objects), so the parser keeps none."""
+
+    __slots__ = ()
+
+    def parse_line(self, line: bytes) -> StreamEvent | None:
+        payload = line[5:].strip() if line.startswith(b"data:") else sse_payload(line)
+        if not payload:
+            return None
+        if payload == b"[DONE]":
+            return StreamEvent(done=True)
+        obj = load_json(payload)
+        kind = obj.get("type")
+        if kind == _TEXT_DELTA:
+            text = text_or_empty(obj.get("delta"))
+            return StreamEvent(tokens=1, text=text) if text else None
+        if kind in _TOKEN_DELTAS:
+            return StreamEvent(tokens=1) if text_or_empty(obj.get("delta")) else None
+        if kind in _ENDS:
+            resp = obj.get("response")
+            usage = _usage(resp.get("usage")) if type(resp) is dict else None
+            return StreamEvent(usage=usage, done=True)
+        if kind == "response.failed":
+            resp = obj.get("response")
+            err = resp.get("error") if type(resp) is dict else None
+            return _error(err if err is not None else {"message": "response failed"})
+        if kind == "error":
+            inner = obj.get("error")
+            return _error(inner if type(inner) is dict else obj)
+        return None
