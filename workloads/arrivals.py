@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.units import DURATION_FORM, RATE_FORM, parse_duration_s, parse_rate_per_s
-from workloads.compressed import data_suffix, read_bytes
+from workloads.compressed import data_suffix, read_bytes, universal_newlines
 from workloads.errors import WorkloadError
 
 ARRIVAL_KINDS: tuple[str, ...] = ("poisson", "gamma", "constant", "trace")
@@ -292,7 +292,7 @@ def _accumulate(draw: Callable[[], np.ndarray], *, n: int | None, duration_s: fl
 
 def _read_trace(path: Path) -> np.ndarray:
     try:
-        text = read_bytes(path).decode("utf-8-sig")  # gzip/zstd told by content
+        text = universal_newlines(read_bytes(path).decode("utf-8-sig"))  # gzip/zstd told by content
     except (OSError, UnicodeDecodeError) as e:
         reason = getattr(e, "strerror", None) or str(e)
         raise WorkloadError(f"{path}: cannot read the trace ({reason}); give a readable text file") from None

@@ -81,6 +81,13 @@ def read_text(path: str | Path, what: str) -> str:
     except OSError as e:
         raise WorkloadError(f"{path}: cannot read the {what} ({e.strerror or e}); give a readable file") from None
     try:
-        return data.decode("utf-8-sig")
+        return universal_newlines(data.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise WorkloadError(f"{path}: not UTF-8 text; a {what} is UTF-8") from None
+
+
+def universal_newlines(text: str) -> str:
+    """``\r\n`` and ``\r`` as ``\n``, as a file opened in text mode reads them."""
+    if "\r" not in text:
+        return text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
