@@ -98,7 +98,7 @@ def test_openai_content_parts_and_developer_role():
     assert detect_format(OPENAI) == "sharegpt"
     s = wl.session(0, 0)
     assert s.system_prompt == "Answer in one sentence."
-    assert s.turns[0].content == "Describe this picture.\n\nBe brief."
+    assert s.turns[0].content == "Describe this picture.\nBe brief."
     assert s.turns[0].max_tokens == count_tokens("A cat on a mat.")
     assert wl.stats["non_text_parts_skipped"] == 1
 

@@ -28,6 +28,7 @@ turn's system prompt, user/tool messages and recorded replies) is shorter / long
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,14 +43,23 @@ from workloads.readers.base import (
     option_duration,
     option_int,
     short,
+    whole_number,
 )
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
 USER_ROLES = frozenset({"human", "user"})
-ASSISTANT_ROLES = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing", "model"})
-TOOL_ROLES = frozenset({"tool", "function", "observation"})
-SYSTEM_ROLES = frozenset({"system"})
+# LLaMA-Factory's ``function_call`` is the assistant's tool call (its value is the call's JSON).
+ASSISTANT_ROLES = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing", "model", "function_call"})
+TOOL_ROLES = frozenset({"tool", "function", "observation", "ipython"})
+SYSTEM_ROLES = frozenset({"system", "developer"})
+ROLE_KINDS = {
+    **{r: "user" for r in USER_ROLES},
+    **{r: "assistant" for r in ASSISTANT_ROLES},
+    **{r: "tool" for r in TOOL_ROLES},
+    **{r: "system" for r in SYSTEM_ROLES},
+}
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 MESSAGE_LISTS = (("conversations", "from", "value"), ("messages", "role", "content"), ("conversation", "role", "content"))
 
 
@@ -87,10 +97,11 @@ class ShareGPTReader(WorkloadReader):
         dropped = {"no_reply": 0, "min_turns": 0, "max_turns": 0, "min_prompt_tokens": 0, "max_prompt_tokens": 0}
         trailing_user_turns = 0
         conversations = 0
+        counts = {"empty_replies_left_out": 0, "non_text_parts_skipped": 0}
         for lineno, obj in items:
             conversations += 1
             at = f"{where} line {lineno}"
-            rec, trailing = _conversation(obj, at, tokenizer)
+            rec, trailing = _conversation(obj, at, tokenizer, counts)
             trailing_user_turns += trailing
             if rec is None:
                 dropped["no_reply"] += 1
@@ -130,6 +141,7 @@ class ShareGPTReader(WorkloadReader):
             "conversations": conversations,
             "dropped": {k: v for k, v in dropped.items() if v},
             "trailing_user_turns_left_out": trailing_user_turns,
+            **counts,
         }
         return DatasetWorkload(
             records,
@@ -142,7 +154,8 @@ class ShareGPTReader(WorkloadReader):
         )
 
 
-def _messages(obj: Any, at: str) -> list[tuple[str, str]]:
+def _messages(obj: Any, at: str, counts: dict[str, int]) -> list[tuple[str, str]]:
+    """(kind, text) of each message; kind is one of system, user, assistant, tool."""
     if not isinstance(obj, dict):
         raise WorkloadError(f"{at}: {short(obj)} is not a JSON object; give {{\"conversations\": [...]}}")
     for key, role_key, text_key in MESSAGE_LISTS:
@@ -153,58 +166,149 @@ def _messages(obj: Any, at: str) -> list[tuple[str, str]]:
             raise WorkloadError(f"{at}: {key}: {short(raw)} is not a list; give a list of messages")
         out = []
         for i, m in enumerate(raw):
+            here = f"{at}: {key}[{i}]"
             if not isinstance(m, dict):
-                raise WorkloadError(f"{at}: {key}[{i}]: {short(m)} is not an object; give {{{role_key}, {text_key}}}")
+                raise WorkloadError(f"{here}: {short(m)} is not an object; give {{{role_key}, {text_key}}}")
             role = m.get(role_key)
             if not isinstance(role, str):
-                raise WorkloadError(f"{at}: {key}[{i}].{role_key}: {short(role)} is missing or not text")
+                raise WorkloadError(f"{here}.{role_key}: {short(role)} is missing or not text")
             role = role.strip().lower()
-            if role not in USER_ROLES | ASSISTANT_ROLES | TOOL_ROLES | SYSTEM_ROLES:
+            kind = ROLE_KINDS.get(role)
+            if kind is None:
                 raise WorkloadError(
-                    f"{at}: {key}[{i}].{role_key}: unknown role {short(role)}; use human/user, gpt/assistant, system or tool"
+                    f"{here}.{role_key}: unknown role {short(role)}; use human/user, gpt/assistant, "
+                    "system/developer, tool/observation or function_call"
                 )
-            content = m.get(text_key)
-            if content is None:
-                content = ""
-            if not isinstance(content, str):
-                raise WorkloadError(f"{at}: {key}[{i}].{text_key}: {short(content)} is not text; use a string")
-            out.append((role, content))
+            text = _text(m.get(text_key), f"{here}.{text_key}", counts)
+            if kind == "assistant":
+                calls = _tool_calls(m, here)
+                text = "\n".join(t for t in (text, *calls) if t)
+            out.append((kind, text))
         return out
     keys = ", ".join(k for k, _, _ in MESSAGE_LISTS)
     raise WorkloadError(f"{at}: no messages; a conversation needs one of {keys}")
 
 
-def _conversation(obj: Any, at: str, tokenizer: TextTokenizer) -> tuple[dict[str, Any] | None, int]:
+def _text(content: Any, where: str, counts: dict[str, int]) -> str:
+    """A message's text: a string, or the text parts of an OpenAI content-part list joined by newlines.
+
+    Other parts (images, audio, files) carry no text a replay could send: they are left out and
+    counted (``non_text_parts_skipped``).
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise WorkloadError(f"{where}: {short(content)} is not text; use a string or a list of content parts")
+    texts = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise WorkloadError(
+                f'{where}[{j}]: {short(part)} is not a content part; give {{"type": "text", "text": ...}}'
+            )
+        if part["type"] in TEXT_PART_TYPES:
+            value = part.get("text")
+            if not isinstance(value, str):
+                raise WorkloadError(f"{where}[{j}].text: {short(value)} is not text; use a string")
+            texts.append(value)
+        else:
+            counts["non_text_parts_skipped"] += 1
+    return "\n".join(texts)
+
+
+def _tool_calls(m: dict[str, Any], here: str) -> list[str]:
+    """The tool calls of an assistant message as the JSON a model writes, ``{"name", "arguments"}``."""
+    calls = m.get("tool_calls")
+    if calls is None and isinstance(m.get("function_call"), dict):  # OpenAI's older single call
+        calls = [m["function_call"]]
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise WorkloadError(f"{here}.tool_calls: {short(calls)} is not a list; give a list of tool calls")
+    out = []
+    for j, call in enumerate(calls):
+        fn = call.get("function", call) if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise WorkloadError(
+                f'{here}.tool_calls[{j}]: {short(call)} is not a tool call; give {{"function": {{"name", "arguments"}}}}'
+            )
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                pass  # arguments a model wrote as broken JSON are counted as written
+        out.append(json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False))
+    return out
+
+
+def _conversation(
+    obj: Any, at: str, tokenizer: TextTokenizer, counts: dict[str, int]
+) -> tuple[dict[str, Any] | None, int]:
     """The session record of one conversation (None when no turn has a reply) and its dropped tail."""
-    messages = _messages(obj, at)
+    messages = _messages(obj, at, counts)
     cid = obj.get("id")
     if cid is not None and not isinstance(cid, str | int):
         raise WorkloadError(f"{at}: id: {short(cid)} is not allowed; use a string or leave it out")
-    system = ""
+    top_system = obj.get("system")  # FastChat and LLaMA-Factory keep the system prompt here
+    if top_system is not None and not isinstance(top_system, str):
+        raise WorkloadError(f"{at}: system: {short(top_system)} is not text; use a string")
+    last_max = None
+    for key in ("max_completion_tokens", "max_tokens"):
+        if obj.get(key) is not None:
+            last_max = whole_number(obj[key], where=f"{at}: {key}", at_least=1)
+            break
+    system = [top_system] if top_system else []
     turns: list[dict[str, Any]] = []
-    pending: list[tuple[str, str]] = []
-    for role, content in messages:
-        if role in SYSTEM_ROLES:
-            if not turns and not pending and not system:
-                system = content
-                continue
-            pending.append(("user", content))  # a later system message is part of the next turn
-        elif role in ASSISTANT_ROLES:
-            if not pending:
-                continue  # a reply before any question, or a second reply in a row
-            turns.append(_turn(pending, content, tokenizer))
-            pending = []
+    pending: list[tuple[str, str]] = []  # questions not yet answered
+    question: list[tuple[str, str]] = []  # the questions the reply in progress answers
+    reply: list[str] | None = None  # that reply's parts (consecutive assistant messages)
+
+    def finish() -> None:
+        text = "\n\n".join(p for p in reply if p.strip())
+        if text:
+            turns.append(_turn(question, max(1, tokenizer.count(text))))
         else:
-            pending.append(("tool" if role in TOOL_ROLES else "user", content))
+            counts["empty_replies_left_out"] += 1  # no output length is known: question and reply go
+
+    for kind, content in messages:
+        if kind == "system" and not turns and not pending and reply is None:
+            system.append(content)  # leading system messages form the system prompt
+            continue
+        if kind == "assistant":
+            if reply is not None:
+                reply.append(content)  # a second reply in a row continues the first
+            elif pending:
+                question, pending, reply = pending, [], [content]
+            # else: a reply before any question is left out
+            continue
+        if reply is not None:
+            finish()
+            reply = None
+        # A later system message is part of the next turn, sent as the user's.
+        pending.append(("tool" if kind == "tool" else "user", content))
+    if reply is not None:
+        finish()
+    trailing = 0
+    if pending:
+        if last_max is not None:  # a request log: the line's max_tokens is the last question's
+            turns.append(_turn(pending, last_max))
+        else:
+            trailing = 1
     if not turns:
-        return None, 1 if pending else 0
-    return {"id": None if cid is None else str(cid), "system_prompt": system, "turns": turns}, 1 if pending else 0
+        return None, trailing
+    record = {"id": None if cid is None else str(cid), "system_prompt": "\n\n".join(p for p in system if p), "turns": turns}
+    return record, trailing
 
 
-def _turn(pending: list[tuple[str, str]], reply: str, tokenizer: TextTokenizer) -> dict[str, Any]:
+def _turn(pending: list[tuple[str, str]], max_tokens: int) -> dict[str, Any]:
     role = "tool" if all(r == "tool" for r, _ in pending) else "user"
     content = "\n\n".join(c for _, c in pending)
-    return {"content": content, "role": role, "max_tokens": max(1, tokenizer.count(reply))}
+    return {"content": content, "role": role, "max_tokens": max_tokens}
 
 
 def _longest_prompt(rec: dict[str, Any], tokenizer: TextTokenizer) -> int:
