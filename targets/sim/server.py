@@ -25,7 +25,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from targets.sim import faults as F
 from targets.sim import info
 from targets.sim.answers import reply_pieces
-from targets.sim.api import BadRequest, parse_request
+from targets.sim.api import BadRequest, chat_view, parse_request
 from targets.sim.engine import ABORTED, FINISHED, Engine, QueueFull, RequestTooLong, SimSequence
 from targets.sim.metrics import ServerCounters, metric_values, render
 from targets.sim.profile import Profile
@@ -41,6 +41,8 @@ from targets.sim.truth import (
     TruthStore,
 )
 from targets.sim.wire import CHAT, COMPLETIONS, DONE, StreamTemplate, error_body, full_response
+from targets.sim.wire_events import MESSAGES, RESPONSES, MessagesTemplate, ResponsesTemplate
+from targets.sim.wire_events import error_body as event_api_error_body
 
 REQUEST_ID_HEADER = "X-Request-ID"
 RETRY_AFTER_S = 1
@@ -129,6 +131,8 @@ class SimServer:
         r = app.router
         r.add_post("/v1/chat/completions", self._chat)
         r.add_post("/v1/completions", self._completions)
+        r.add_post("/v1/messages", self._messages)
+        r.add_post("/v1/responses", self._responses)
         r.add_get("/health", self._health)
         r.add_get("/health_generate", self._health)
         r.add_get("/metrics", self._metrics)
@@ -221,6 +225,17 @@ class SimServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._handle_generation(request, COMPLETIONS)
 
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle_generation(request, MESSAGES)
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle_generation(request, RESPONSES)
+
+    def _event_template(self, endpoint: str, reply_id: str) -> MessagesTemplate | ResponsesTemplate:
+        if endpoint == MESSAGES:
+            return MessagesTemplate(reply_id, self.model_name)
+        return ResponsesTemplate(reply_id, self.created, self.model_name)
+
     async def _handle_generation(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         t_received = time.perf_counter_ns()
         self.counters.requests_received += 1
@@ -233,7 +248,10 @@ class SimServer:
             except orjson.JSONDecodeError as e:
                 raise BadRequest(f"the request body is not valid JSON: {e}") from None
             req = parse_request(endpoint, body, self.profile.default_max_tokens)
-            pieces = reply_pieces(self.config.answers, self.config.wrong_answers, endpoint == CHAT, body)
+            if endpoint in (CHAT, COMPLETIONS):
+                pieces = reply_pieces(self.config.answers, self.config.wrong_answers, endpoint == CHAT, body)
+            else:  # the question is the last user message, as for chat
+                pieces = reply_pieces(self.config.answers, self.config.wrong_answers, True, chat_view(endpoint, body))
         except BadRequest as e:
             return self._refuse(rec, 400, str(e), "BadRequestError", OUTCOME_BAD_REQUEST)
         rec.stream = req.stream
@@ -265,7 +283,7 @@ class SimServer:
             return self._refuse(rec, 400, str(e), "BadRequestError", OUTCOME_BAD_REQUEST)
         self._work.set()
         rec.v_arrival_s = seq.arrival_s
-        prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
+        prefix = {CHAT: "chatcmpl-", COMPLETIONS: "cmpl-", MESSAGES: "msg_", RESPONSES: "resp_"}[endpoint]
         try:
             if req.stream:
                 return await self._stream(
@@ -294,7 +312,11 @@ class SimServer:
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, REQUEST_ID_HEADER: rec.request_id})
         await resp.prepare(request)
-        tpl = StreamTemplate(endpoint, completion_id, self.created, self.model_name)
+        events = endpoint in (MESSAGES, RESPONSES)
+        if events:
+            tpl = self._event_template(endpoint, completion_id)
+        else:
+            tpl = StreamTemplate(endpoint, completion_id, self.created, self.model_name)
         n = seq.max_tokens
         words = seq.words
         token = tpl.token
@@ -334,11 +356,17 @@ class SimServer:
                         return self._client_gone(rec, seq, resp)
                     fault = None
                     continue
-            parts = [token(words[i]) for i in range(sent, avail)]
+            if events and sent == 0:
+                parts = [tpl.opening(rec.prompt_tokens, seq.cached_tokens)]
+                parts.extend(token(words[i]) for i in range(sent, avail))
+            else:
+                parts = [token(words[i]) for i in range(sent, avail)]
             if sent == 0 and endpoint == CHAT:
                 parts.insert(0, tpl.role())
             last = avail == n
-            if last:
+            if last and events:
+                parts.append(tpl.closing(finish, rec.prompt_tokens, n, seq.cached_tokens))
+            elif last:
                 parts.append(tpl.finish(finish))
                 if include_usage:
                     parts.append(tpl.usage(rec.prompt_tokens, n, seq.cached_tokens))
@@ -397,9 +425,15 @@ class SimServer:
             body = b'{"id":"' + completion_id.encode() + b'","choices":[{"index":0,"message":'
         else:
             text = "".join(pieces[:n]) if pieces is not None else "".join(" " + WORDS[w] for w in seq.words)
-            body = full_response(
-                endpoint, completion_id, self.created, self.model_name, text, rec.prompt_tokens, n, seq.cached_tokens
-            )
+            if endpoint in (MESSAGES, RESPONSES):
+                finish = "stop" if pieces is not None and n == len(pieces) else "length"
+                body = self._event_template(endpoint, completion_id).full(
+                    text, finish, rec.prompt_tokens, n, seq.cached_tokens
+                )
+            else:
+                body = full_response(
+                    endpoint, completion_id, self.created, self.model_name, text, rec.prompt_tokens, n, seq.cached_tokens
+                )
         rec.status = 200
         rec.completion_tokens = n
         rec.t_end_ns = time.perf_counter_ns()
@@ -442,9 +476,11 @@ class SimServer:
         headers = {REQUEST_ID_HEADER: rec.request_id}
         if retry_after:
             headers["Retry-After"] = str(RETRY_AFTER_S)
-        return web.Response(
-            body=error_body(message, err_type, status), status=status, content_type="application/json", headers=headers
-        )
+        if rec.endpoint in (MESSAGES, RESPONSES):
+            body = event_api_error_body(rec.endpoint, message, status)
+        else:
+            body = error_body(message, err_type, status)
+        return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
     def _cut(self, request: web.Request, rec: TruthRecord, seq: SimSequence, resp: web.StreamResponse):
         """Close the connection mid-response: what was written stays, no terminator follows."""
