@@ -134,6 +134,8 @@ def run(**kwargs: Any) -> None:
 @click.option("--web-port", type=int, default=8089, show_default=True)
 @click.option("--headless", is_flag=True, help="No web UI: start when the workers joined, exit with the verdict.")
 @click.option("--on-worker-loss", type=click.Choice(["continue", "abort"]), default="continue", show_default=True)
+@click.option("--join-secret-file", default=None, help="File holding the workers' join secret (default: $LOADGEN_JOIN_SECRET). Required off loopback.")
+@click.option("--allow-unauthenticated-workers", is_flag=True, help="Off loopback without a join secret: any client reaching the port joins (recorded in run.json).")
 def master(**kwargs: Any) -> None:
     """Run as the master of a distributed run; workers join with 'loadgen worker'."""
     from loadgen.run import run as run_load
@@ -145,11 +147,12 @@ def master(**kwargs: Any) -> None:
 @click.option("--master-host", required=True, help="Address of 'loadgen master'.")
 @click.option("--master-port", type=int, default=5557, show_default=True)
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes on this machine.")
-def worker(master_host: str, master_port: int, processes: int) -> None:
+@click.option("--join-secret-file", default=None, help="File holding the master's join secret (default: $LOADGEN_JOIN_SECRET).")
+def worker(master_host: str, master_port: int, processes: int, join_secret_file: str | None) -> None:
     """Run a worker; it takes its plan (workload, rate, target, seed) from the master."""
     from loadgen.run import run_worker
 
-    sys.exit(run_worker(master_host, master_port, processes))
+    sys.exit(run_worker(master_host, master_port, processes, join_secret_file))
 
 
 @main.command()

@@ -90,6 +90,9 @@ class RunOptions:
     bind: str = "127.0.0.1"
     master_port: int = 5557
     headless: bool = True
+    # who may join (loadgen/join_auth.py): the secret is read from $LOADGEN_JOIN_SECRET or this file
+    join_secret_file: str | None = None
+    allow_unauthenticated_workers: bool = False
     # the master's Prometheus endpoint (loadgen/metrics_endpoint.py); 0 = off
     prometheus_port: int = 0
     prometheus_host: str = "127.0.0.1"
@@ -284,7 +287,7 @@ def _master_preexec() -> None:
     signal.signal(STOP_SIGNAL, signal.SIG_IGN)
 
 
-def run_locust(argv: list[str], *, master: bool = False) -> int:
+def run_locust(argv: list[str], *, master: bool = False, env: dict[str, str] | None = None) -> int:
     """Run Locust with ``argv`` in a child process, forward SIGINT/SIGTERM, return its exit code.
 
     A ``master`` is asked to stop with ``STOP_SIGNAL`` for either (``loadgen.stop_request`` says
@@ -298,7 +301,7 @@ def run_locust(argv: list[str], *, master: bool = False) -> int:
     cmd = [sys.executable, "-m", "locust", "-f", LOCUSTFILE, *argv]
     # stdin: Locust reads keys (w, s, ...) from a terminal; a run never takes input that way.
     preexec = _master_preexec if master else _die_with_parent
-    proc = subprocess.Popen(cmd, preexec_fn=preexec, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, preexec_fn=preexec, stdin=subprocess.DEVNULL, env=env)
     forwarded = []
 
     def forward(signum: int, _frame: Any) -> None:
@@ -439,16 +442,43 @@ def process_args(opts: RunOptions) -> list[str]:
     return argv
 
 
-def run_worker(master_host: str, master_port: int, processes: int = 1) -> int:
+def join_env(secret: str | None, *, allow_unauthenticated: bool = False) -> dict[str, str]:
+    """The Locust process's environment: the join secret travels there, never on a command line."""
+    from loadgen.join_auth import ALLOW_ENV, SECRET_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, ALLOW_ENV)}
+    if secret is not None:
+        env[SECRET_ENV] = secret
+    elif allow_unauthenticated:
+        env[ALLOW_ENV] = "1"
+    return env
+
+
+def master_join_env(opts: RunOptions) -> dict[str, str]:
+    """A distributed master's join secret, checked before anything starts (a usage error, exit 2,
+    when it binds off loopback with neither a secret nor --allow-unauthenticated-workers)."""
+    from loadgen.join_auth import UNAUTHENTICATED_WARNING, master_secret
+
+    secret = master_secret(opts.bind, opts.join_secret_file, opts.allow_unauthenticated_workers)
+    if secret is None and opts.allow_unauthenticated_workers:
+        print(f"warning: {UNAUTHENTICATED_WARNING}", file=sys.stderr, flush=True)
+    return join_env(secret, allow_unauthenticated=opts.allow_unauthenticated_workers)
+
+
+def run_worker(master_host: str, master_port: int, processes: int = 1, join_secret_file: str | None = None) -> int:
     """``loadgen worker``: a Locust worker that takes its whole plan from the master."""
+    from loadgen.join_auth import read_secret
+
+    env = join_env(read_secret(join_secret_file))
     argv = ["--worker", "--master-host", master_host, "--master-port", str(master_port), "--loglevel", "WARNING"]
     if processes > 1:
         argv += ["--processes", str(processes)]
-    return run_locust(argv)
+    return run_locust(argv, env=env)
 
 
 def run(opts: RunOptions) -> int:
     """``loadgen run``: the whole job. Returns the process exit code (see loadgen/verdict.py)."""
+    env = master_join_env(opts) if opts.master else None
     validate(opts)
     if not opts.run_id:
         opts.run_id = new_run_id(opts.workload)
@@ -471,7 +501,7 @@ def run(opts: RunOptions) -> int:
         try:
             argv = locust_args(opts, url, info_path) + process_args(opts)
             argv += opts.extra_locust_args
-            code = run_locust(argv, master=True)
+            code = run_locust(argv, master=True, env=env)
         finally:
             os.unlink(info_path)
         run_dir = Path(opts.results) / opts.run_id
