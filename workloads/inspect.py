@@ -148,6 +148,10 @@ def format_inspection(fig: dict[str, Any]) -> str:
         lines.append(f"{'left out':<20}" + ", ".join(f"{v} by {k}" for k, v in dropped.items()))
     if reader.get("trailing_user_turns_left_out"):
         lines.append(f"{'':<20}{reader['trailing_user_turns_left_out']} last questions without a reply")
+    if reader.get("empty_replies_left_out"):
+        lines.append(f"{'':<20}{reader['empty_replies_left_out']} questions whose reply has no text (left out with it)")
+    if reader.get("non_text_parts_skipped"):
+        lines.append(f"{'':<20}{reader['non_text_parts_skipped']} non-text content parts (images, audio) not sent")
     lines.append(f"{'tokenizer':<20}{fig['tokenizer']['name']} ({fig['tokenizer']['kind']})")
     return "\n".join(lines)
 

@@ -1,23 +1,34 @@
-"""ShareGPT-style conversations: each conversation is a multi-turn session.
+"""ShareGPT-style conversations and OpenAI chat JSONL: each conversation is a multi-turn session.
 
 Accepted shapes (a JSON array of conversations in a ``.json`` file, or one per line in ``.jsonl``)::
 
-    {"id": "abc", "conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}]}
-    {"id": "abc", "messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}
+    {"id": "abc", "system": "...", "conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}]}
+    {"id": "abc", "messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}],
+     "max_tokens": 256}
 
-(``conversation`` is taken like ``messages``.) Roles: ``human``/``user``, ``gpt``/``assistant``/
-``chatgpt``/``bard``/``bing``/``model``, ``system``, ``tool``/``function``/``observation``.
+(``conversation`` is taken like ``messages``.) Roles: ``human``/``user``; ``gpt``/``assistant``/
+``chatgpt``/``bard``/``bing``/``model`` and LLaMA-Factory's ``function_call`` (an assistant tool
+call); ``system``/``developer``; ``tool``/``function``/``observation``/``ipython`` (tool results).
 
 How a conversation becomes a session:
 
-* a ``system`` message before the first user message is the session's system prompt;
+* the top-level ``system`` (FastChat, LLaMA-Factory) and the ``system``/``developer`` messages before
+  the first question are the session's system prompt, in that order, joined by a blank line;
+* a message's text is its string, or the text parts of an OpenAI content-part list joined by
+  newlines; other parts (images, audio, files) are not sent and are counted
+  (``non_text_parts_skipped``);
 * every user-side message (user or tool) starts a turn; several in a row are joined into one turn
   (blank line between them; role ``tool`` only when all of them are tool results);
 * the assistant reply that follows a turn gives that turn's ``max_tokens`` (its token count, at
   least 1): replaying asks the server for an answer as long as the recorded one, and the history of
-  later turns holds what the server actually streamed;
-* assistant messages before the first user message, and a last user turn with no reply (its output
-  length is unknown) are left out, and counted in the reader's statistics;
+  later turns holds what the server actually streamed. Consecutive assistant messages are one reply
+  (joined by a blank line). An assistant's ``tool_calls`` (or older ``function_call``) count as the
+  JSON a model writes for each, ``{"name": ..., "arguments": {...}}``, one per line after its text;
+* a reply with no text and no tool call (``value`` missing, null or blank) gives no output length:
+  that question and reply are left out of the session and counted (``empty_replies_left_out``);
+* assistant messages before the first user message are left out; a last user turn with no reply
+  is left out too (its output length is unknown) and counted, unless the line gives
+  ``max_tokens`` (or ``max_completion_tokens``), as a request log does: that is its ``max_tokens``;
 * ``think_time`` (a workload option, default 0) is the pause before each follow-up turn.
 
 Options: ``min_turns`` / ``max_turns`` drop conversations with fewer / more turns;
