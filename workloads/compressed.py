@@ -65,7 +65,11 @@ def read_bytes(path: str | Path) -> bytes:
         raise WorkloadError(f"{path} is zstd-compressed; pip install zstandard, or decompress it") from None
     try:
         with open(path, "rb") as raw:
-            reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+            dctx = zstandard.ZstdDecompressor()
+            try:
+                reader = dctx.stream_reader(raw, read_across_frames=True)  # zstd -c a b > f: two frames
+            except TypeError:  # zstandard before 0.16 reads one frame
+                reader = dctx.stream_reader(raw)
             out = io.BytesIO()
             while chunk := reader.read(1 << 20):
                 out.write(chunk)

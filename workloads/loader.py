@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from workloads.compressed import data_suffix
 from workloads.errors import WorkloadError
 from workloads.readers import parse_workload_options, read_workload_file
 from workloads.spec import load_spec
@@ -57,7 +58,7 @@ def load_workload(
             wl = SyntheticWorkload(load_spec(_specs_dir() / f"{text}.yaml", label=f"{text}.yaml"), source=text)
         wl.tokenizer = tokenizer
         return wl
-    if suffix in DATA_SUFFIXES or Path(text).is_file():
+    if suffix in DATA_SUFFIXES or data_suffix(text) in DATA_SUFFIXES or Path(text).is_file():
         return read_workload_file(text, None, options, tokenizer=tokenizer)
     shipped = ", ".join(shipped_workloads())
     raise WorkloadError(

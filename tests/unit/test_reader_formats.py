@@ -242,3 +242,16 @@ def test_exported_file_respects_the_umask(tmp_path):
         assert stat.S_IMODE(out2.stat().st_mode) == 0o640
     finally:
         os.umask(old)
+
+
+def test_zstd_is_read_when_zstandard_is_installed(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    f = tmp_path / "d.jsonl.zst"
+    data = MOONCAKE.read_bytes()
+    cut = len(data) // 2
+    # Two frames, as ``zstd -c a b > f`` writes: both are read.
+    f.write_bytes(zstandard.ZstdCompressor().compress(data[:cut]) + zstandard.ZstdCompressor().compress(data[cut:]))
+    plain = load_workload(MOONCAKE)
+    wl = load_workload(f)
+    assert [s.turns for s in _sessions(wl)] == [s.turns for s in _sessions(plain)]
+    assert workload_file_text(str(f)) == data.decode()
