@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import pytest
 
+from targets.adapters.anthropic import AnthropicMessagesAdapter
 from targets.adapters.base import Adapter
 from targets.adapters.llamacpp import LlamaServerAdapter
 from targets.adapters.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
+from targets.adapters.responses import OpenAIResponsesAdapter
 from targets.adapters.sglang import SGLangAdapter
 from targets.errors import TargetError
 from targets.registry import available_adapters, get_adapter
 
 
 def test_built_in_adapters_are_registered():
-    assert available_adapters() == ["llama-server", "openai-chat", "openai-completions", "sglang"]
+    assert available_adapters() == [
+        "anthropic-messages",
+        "llama-server",
+        "openai-chat",
+        "openai-completions",
+        "openai-responses",
+        "sglang",
+    ]
     for name, cls in [
         ("openai-chat", OpenAIChatAdapter),
         ("openai-completions", OpenAICompletionsAdapter),
         ("llama-server", LlamaServerAdapter),
         ("sglang", SGLangAdapter),
+        ("anthropic-messages", AnthropicMessagesAdapter),
+        ("openai-responses", OpenAIResponsesAdapter),
     ]:
         a = get_adapter(name)
         assert type(a) is cls and a.name == name and isinstance(a, Adapter)
@@ -39,7 +50,8 @@ def test_unknown_name_lists_installed_adapters():
     with pytest.raises(TargetError) as e:
         get_adapter("vllm")
     assert str(e.value) == (
-        "unknown target adapter 'vllm'; installed adapters: llama-server, openai-chat, openai-completions, sglang"
+        "unknown target adapter 'vllm'; installed adapters: anthropic-messages, llama-server, openai-chat, "
+        "openai-completions, openai-responses, sglang"
     )
     assert isinstance(e.value, ValueError)
 
