@@ -65,8 +65,11 @@ def connection_options(cfg: RunConfig) -> dict[str, Any]:
 
 
 def anchor_ns(t0_unix_s: float) -> int:
-    """The perf_counter_ns instant that corresponds to the wall-clock run start ``t0_unix_s``."""
-    return time.perf_counter_ns() + int((t0_unix_s - time.time()) * 1e9)
+    """The perf_counter_ns instant that corresponds to the run start ``t0_unix_s`` on this worker's
+    wall clock (``loadgen.worker_clock``: the master's t0 plus this worker's measured offset)."""
+    from loadgen.worker_clock import worker_wall_time
+
+    return time.perf_counter_ns() + int((t0_unix_s - worker_wall_time()) * 1e9)
 
 
 @dataclass

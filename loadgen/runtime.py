@@ -38,6 +38,15 @@ from loadgen.driver import Driver, global_schedule
 from loadgen.errors import UserError
 from loadgen.health import SHIP_INTERVAL_S, GeneratorHealth
 from loadgen.health import summarize as summarize_health
+from loadgen.join_auth import (
+    ALLOW_ENV,
+    SECRET_ENV,
+    UNAUTHENTICATED_WARNING,
+    hostname_of,
+    new_nonce,
+    response,
+    verify,
+)
 from loadgen.master_quit import install_prompt_quit
 from loadgen.metrics import Delta, MetricsAggregate, Recorder
 from loadgen.options import check_session_count, config_from_options
@@ -46,6 +55,7 @@ from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
 from loadgen.stop_request import STOP_SIGNAL, take_sigterm
 from loadgen.verdict import EXIT_INCOMPLETE, Verdict, decide_verdict
+from loadgen.worker_clock import worker_wall_time
 from loadgen.worker_env import load_plan_workload
 from targets.quiet_gc import quiet_gc
 
@@ -58,6 +68,10 @@ MSG_DONE = "loadgen_done"
 MSG_READY = "loadgen_ready"  # worker -> master: the plan is loaded, the target's set-up measured
 MSG_GO = "loadgen_go"  # master -> worker: the run's clock starts at t0
 MSG_ADOPT = "loadgen_adopt"  # master -> worker: also send part of a lost worker's arrivals
+MSG_CHALLENGE = "loadgen_challenge"  # master -> worker: a nonce to answer with the join secret
+MSG_AUTH = "loadgen_auth"  # worker -> master: HMAC-SHA256(secret, nonce || client id)
+MSG_HELLO = "loadgen_hello"  # worker -> master: (re)send the challenge (it may have come before we listened)
+MSG_DENIED = "loadgen_denied"  # master -> worker: the answer was wrong; this worker gets no part of the run
 
 # The run starts this long after the last worker is ready, or three times the slowest worker's
 # message round trip if that is longer: the go message reaches every worker before t0.
@@ -70,6 +84,11 @@ SPAWN_WAIT_S = 5.0
 # A worker taking over a lost slot sends the slot's arrivals from this long after the takeover:
 # its plan reaches it first, so none of them is sent late (late ones would count as schedule lag).
 TAKEOVER_LEAD_S = 0.5
+# A headless master whose join secret is required waits this long, at the test start, for
+# --expect-workers workers that proved it (Locust's own wait counts any client that connected).
+VERIFIED_WAIT_S = 60.0
+# A worker whose clock is off the master's by more than this is named in run.json's warnings.
+CLOCK_OFFSET_WARN_S = 0.010
 
 
 def off_the_loop(fn: Any, *args: Any) -> Any:
@@ -125,6 +144,7 @@ class LoadgenRuntime:
         self._preparing = False  # plans sent, the clock not started yet
         self._ready: dict[str, dict[str, Any]] = {}
         self._plan_sent_at: dict[str, float] = {}
+        self._plan_sent_wall: dict[str, float] = {}  # master's wall clock when the plan left (t0m)
         self._deferred_replans: list[str] = []
         self.shares: dict[str, list[Share]] = {}  # the parts of the schedule each worker holds
         self._run_info_doc: dict[str, Any] = {}
@@ -138,6 +158,15 @@ class LoadgenRuntime:
         self.last_run_dir: Path | None = None
         self.live_view: Any = None
         self.endpoint: Any = None  # the Prometheus /metrics endpoint, with --prometheus-port
+        # joining (master): the secret workers must prove; who proved it (True) or was let in
+        # without one (False); the challenges outstanding; the ids already logged as ignored
+        self.join_secret: str | None = os.environ.get(SECRET_ENV, "").strip() or None
+        self.allow_unauthenticated = os.environ.get(ALLOW_ENV) == "1"
+        self.verified: dict[str, bool] = {}
+        self._challenges: dict[str, str] = {}
+        self._ignored_logged: set[str] = set()
+        self._refused: set[str] = set()  # answered wrong: no second try for that client id
+        self._denied_logged = False
 
     # ================================================================ installation
     def install(self) -> None:
@@ -158,8 +187,6 @@ class LoadgenRuntime:
             from loadgen.metrics_endpoint import install_endpoint
 
             self.endpoint = install_endpoint(self.env, self)
-        if self.role == "master" and self._headless():
-            self._await_workers()
         if self.role == "master":
             install_prompt_quit(runner)
             gevent.signal_handler(STOP_SIGNAL, self._on_stop_request)
@@ -168,6 +195,10 @@ class LoadgenRuntime:
             runner.register_message(MSG_FINAL, self._on_final)
             runner.register_message(MSG_DONE, self._on_done)
             runner.register_message(MSG_READY, self._on_ready)
+            runner.register_message(MSG_AUTH, self._on_auth)
+            runner.register_message(MSG_HELLO, self._on_hello)
+            if self._headless():
+                self._await_workers()  # after the listeners: proving the join secret takes messages
         if self.role == "worker":
             ev.report_to_master.add_listener(self._on_report_to_master)
             ev.test_stop.add_listener(self._on_worker_test_stop)
@@ -175,6 +206,10 @@ class LoadgenRuntime:
             runner.register_message(MSG_GO, self._on_go)
             runner.register_message(MSG_ADOPT, self._on_adopt)
             runner.register_message(MSG_DRAIN, self._on_drain, concurrent=True)
+            runner.register_message(MSG_CHALLENGE, self._on_challenge)
+            runner.register_message(MSG_DENIED, self._on_denied)
+            # The master's challenge on connect may have come before these listeners: ask again.
+            runner.send_message(MSG_HELLO, {})
             ev.quitting.add_listener(self._on_worker_quitting)
             # A worker forked by --processes dies with its master (a kill -9 of the master must
             # not leave it sending load that nobody records); it then drains and exits.
@@ -205,9 +240,11 @@ class LoadgenRuntime:
         (it rebuilds its argument parser once per option). A plan that arrived first would see its
         first arrivals late by that much: schedule lag the generator did not owe to the load.
         """
+        if self.join_secret is not None and self._headless():
+            self._await_verified(VERIFIED_WAIT_S)
         deadline = time.monotonic() + SPAWN_WAIT_S
         while time.monotonic() < deadline:
-            nodes = [c for c in self.env.runner.clients.values() if c.state != STATE_MISSING]
+            nodes = [c for c in self.env.runner.clients.values() if c.state != STATE_MISSING and self.accepted(c.id)]
             if nodes and all(c.state == STATE_RUNNING for c in nodes):
                 break
             gevent.sleep(0.005)
@@ -220,10 +257,38 @@ class LoadgenRuntime:
         looks again; forked workers connect within tens of milliseconds, so finding them on its
         first look saves most of that second on every run.
         """
+        self._await_verified(SPAWN_WAIT_S)
+
+    def _await_verified(self, wait_s: float) -> None:
+        """Wait up to ``wait_s`` for --expect-workers connected workers this master accepts."""
         expected = int(getattr(self.env.parsed_options, "expect_workers", 1) or 1)
-        deadline = time.monotonic() + SPAWN_WAIT_S
-        while len(self.env.runner.clients.ready) < expected and time.monotonic() < deadline:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not self._stopping_requested:
+            if len(self._accepted_workers()) >= expected:
+                return
             gevent.sleep(0.005)
+        if self.join_secret is not None and wait_s >= VERIFIED_WAIT_S:
+            log.warning(
+                "%d of %d expected workers proved the join secret within %.0f s; the run starts with them",
+                len(self._accepted_workers()), expected, wait_s,
+            )  # fmt: skip
+
+    def accepted(self, client_id: str) -> bool:
+        """May this client take part? Without a join secret, any; with one, those that proved it."""
+        return self.join_secret is None or client_id in self.verified
+
+    def _accepted_workers(self) -> list[str]:
+        clients = self.env.runner.clients.values()
+        return sorted(c.id for c in clients if c.state != STATE_MISSING and self.accepted(c.id))
+
+    def _ignored(self, client_id: str) -> bool:
+        """A message from a client that did not prove the join secret: drop it (logged once)."""
+        if self.accepted(client_id):
+            return False
+        if client_id not in self._ignored_logged:
+            self._ignored_logged.add(client_id)
+            log.warning("unauthenticated worker %s from %s ignored", client_id, hostname_of(client_id))
+        return True
 
     def _begin_run(self, environment: Any) -> None:
         try:
@@ -261,15 +326,22 @@ class LoadgenRuntime:
             self._prepare_driver(Plan(cfg, 1, 0, 0.0), worker_id="local")
             self._go(time.time() + START_LEAD_LOCAL_S)
             return
-        workers = sorted(c.id for c in self.env.runner.clients.values() if c.state != STATE_MISSING)
+        workers = self._accepted_workers()
         if not workers:
+            if self.join_secret is not None:
+                raise UserError(
+                    "no worker proved the join secret; start workers with 'loadgen worker --master-host HOST' "
+                    f"and the same secret (${SECRET_ENV} or --join-secret-file)"
+                )
             raise UserError("no workers connected; start workers with 'loadgen worker --master-host HOST'")
         self.n_slots = len(workers)
         self.accounting.n_slots = self.n_slots
         for slot, wid in enumerate(workers):
             self.slots[wid] = slot
             self.shares[wid] = [Share(slot)]
+            self._log_join(wid, f"holds slot {slot}")
             self._plan_sent_at[wid] = time.monotonic()
+            self._plan_sent_wall[wid] = time.time()
             self.env.runner.send_message(MSG_PLAN, Plan(cfg, len(workers), slot, 0.0).to_wire(), client_id=wid)
         self._greenlets = [gevent.spawn(self._start_when_ready), gevent.spawn(self._watch_workers)]
 
@@ -308,6 +380,8 @@ class LoadgenRuntime:
         if self.endpoint is not None:
             self.endpoint.invalidate()
         run_dir = Path(cfg.results_dir) / cfg.run_id
+        if self.role == "master":
+            self._warn_clock_offsets()
         self.writer = ResultsWriter(run_dir, self._run_info_doc, t0_unix_s)
         log.info("loadgen run %s: results in %s", cfg.run_id, run_dir)
         if self.role == "local":
@@ -318,7 +392,9 @@ class LoadgenRuntime:
             self._greenlets.append(gevent.spawn(self._local_done_watch, self.driver))
         else:
             for wid in self._expected_finals():
-                self.env.runner.send_message(MSG_GO, {"run_id": cfg.run_id, "t0": t0_unix_s}, client_id=wid)
+                offset = float(self._ready.get(wid, {}).get("clock_offset_s") or 0.0)
+                go = {"run_id": cfg.run_id, "t0": t0_unix_s, "clock_offset_s": offset}
+                self.env.runner.send_message(MSG_GO, go, client_id=wid)
             self._write_lost()
             for wid in self._deferred_replans:
                 self._replan(wid)
@@ -335,9 +411,33 @@ class LoadgenRuntime:
             freeze_startup_heap()
             self._greenlets.append(gevent.spawn(collect_periodically))
 
+    def _warn_clock_offsets(self) -> None:
+        """Name each worker whose wall clock is off the master's by more than CLOCK_OFFSET_WARN_S
+        (its arrivals are anchored for the measured offset; the warning says the host's clock is off)."""
+        for wid in sorted(self._ready):
+            r = self._ready[wid]
+            offset = r.get("clock_offset_s")
+            if offset is None or abs(offset) <= CLOCK_OFFSET_WARN_S:
+                continue
+            text = (
+                f"worker {wid}'s clock is {offset * 1000:+.1f} ms off the master's "
+                f"(+/- {float(r.get('clock_offset_error_s') or 0.0) * 1000:.1f} ms); its arrivals were anchored for it"
+            )
+            log.warning("%s", text)
+            self._run_info_doc.setdefault("warnings", []).append(text)
+
     def _run_info(self, cfg: RunConfig) -> dict[str, Any]:
         info_file = getattr(self.env.parsed_options, "target_info", "") or ""
-        return run_info(cfg, role=self.role, target_info_file=info_file)
+        doc = run_info(cfg, role=self.role, target_info_file=info_file)
+        if self.role == "master":
+            unauthenticated = self.join_secret is None and self.allow_unauthenticated
+            doc["worker_auth"] = {
+                "join_secret_required": self.join_secret is not None,
+                "allow_unauthenticated_workers": unauthenticated,
+            }
+            if unauthenticated:
+                doc.setdefault("warnings", []).append(UNAUTHENTICATED_WARNING)
+        return doc
 
     def _prepare_driver(self, plan: Plan, worker_id: str, skip_before_s: float | None = None) -> None:
         """Load the plan's workload and build its driver (schedule, connection set-up measured);
@@ -493,7 +593,7 @@ class LoadgenRuntime:
     # ---------------------------------------------------------------- master messages
     def _on_worker_report(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
         payload = data.get("loadgen")
-        if payload is None or self.writer is None:
+        if payload is None or self._ignored(client_id) or self.writer is None:
             return
         if payload.get("run_id") != (self.config.run_id if self.config else None):
             return
@@ -533,6 +633,8 @@ class LoadgenRuntime:
         return True
 
     def _on_final(self, environment: Any, msg: Any, **_: Any) -> None:
+        if self._ignored(msg.node_id):
+            return
         self._on_worker_report(msg.node_id, {"loadgen": msg.data})
         left = msg.data.get("left")
         if left and not self._draining and msg.node_id in self.slots and not self._out_of_run(msg.node_id):
@@ -545,8 +647,11 @@ class LoadgenRuntime:
 
     def _on_ready(self, environment: Any, msg: Any, **_: Any) -> None:
         """A worker holds its plan: note its set-up figures and the message round trip."""
+        t3m = time.time()
         data = msg.data or {}
         wid = msg.node_id
+        if self._ignored(wid):
+            return
         if self.config is None or data.get("run_id") != self.config.run_id or wid not in self.slots:
             return
         if data.get("error"):
@@ -556,9 +661,16 @@ class LoadgenRuntime:
         info = {k: data.get(k) for k in ("prepare_s", "connect_s", "session_lead_ms")}
         if sent is not None:
             info["rtt_s"] = round(max(0.0, time.monotonic() - sent - float(data.get("prepare_s") or 0.0)), 6)
+        t0m, t1w, t2w = self._plan_sent_wall.get(wid), data.get("t1w"), data.get("t2w")
+        if t0m is not None and t1w is not None and t2w is not None:
+            # NTP's four stamps: the worker's clock minus the master's, to within half the round trip.
+            info["clock_offset_s"] = round(((t1w - t0m) + (t2w - t3m)) / 2, 6)
+            info["clock_offset_error_s"] = round(max(0.0, (t3m - t0m) - (t2w - t1w)) / 2, 6)
         self._ready[wid] = info
 
     def _on_done(self, environment: Any, msg: Any, **_: Any) -> None:
+        if self._ignored(msg.node_id):
+            return
         self._on_worker_report(msg.node_id, {"loadgen": msg.data})
         self.done_workers.add(msg.node_id)
         self._stop_if_all_done()
@@ -579,6 +691,45 @@ class LoadgenRuntime:
         return {w for w in self.slots if not self._out_of_run(w)}
 
     def _on_worker_connect(self, client_id: str, **_: Any) -> None:
+        """A worker connects: challenge it when a join secret is required, else let it join."""
+        if self.join_secret is not None:
+            if client_id not in self.verified and client_id not in self._refused:
+                self._challenge(client_id)
+            return
+        if client_id not in self.verified:
+            self.verified[client_id] = False
+            self._log_join(client_id, "joined (no join secret required)")
+        self._join_during_run(client_id)
+
+    def _challenge(self, client_id: str) -> None:
+        nonce = self._challenges.setdefault(client_id, new_nonce())
+        self.env.runner.send_message(MSG_CHALLENGE, {"nonce": nonce}, client_id=client_id)
+
+    def _on_hello(self, environment: Any, msg: Any, **_: Any) -> None:
+        if self.join_secret is not None and msg.node_id not in self.verified and msg.node_id not in self._refused:
+            self._challenge(msg.node_id)
+
+    def _on_auth(self, environment: Any, msg: Any, **_: Any) -> None:
+        """A worker's answer to the challenge: it joins if it proved the secret."""
+        wid = msg.node_id
+        if self.join_secret is None or wid in self.verified or wid in self._refused:
+            return
+        nonce = self._challenges.pop(wid, None)
+        answer = (msg.data or {}).get("mac")
+        if nonce is None or not verify(self.join_secret, nonce, wid, answer):
+            why = "no join secret" if answer is None else "a wrong join secret"
+            log.warning("worker %s from %s refused: it answered with %s", wid, hostname_of(wid), why)
+            self._refused.add(wid)
+            self.env.runner.send_message(MSG_DENIED, {}, client_id=wid)
+            return
+        self.verified[wid] = True
+        self._log_join(wid, "joined (proved the join secret)")
+        self._join_during_run(wid)
+
+    def _log_join(self, wid: str, what: str) -> None:
+        log.info("worker %s (host %s) %s", wid, hostname_of(wid), what)
+
+    def _join_during_run(self, client_id: str) -> None:
         """A worker joining during a run takes over a lost slot, or stands by for one.
 
         The schedule's split over workers is fixed at the start (session k belongs to slot
@@ -666,8 +817,9 @@ class LoadgenRuntime:
             info["left_cleanly"] = True
         self.lost[wid] = info
         log.error(
-            "worker %s (slot %s) lost (%s); %d sessions were in flight",
+            "worker %s (host %s, slot %s) lost (%s); %d sessions were in flight",
             wid,
+            hostname_of(wid),
             info["slot"],
             why,
             len(info["in_flight_sessions"]),
@@ -731,9 +883,14 @@ class LoadgenRuntime:
         if self.writer is not None:
             self.writer.update_run(
                 lost_workers=list(self.lost.values()),
-                workers=[{"id": w, "slot": s, **self._ready.get(w, {})} for w, s in self.slots.items()],
+                workers=[self._worker_entry(w, s) for w, s in self.slots.items()],
                 standby_workers=list(self.standby),
             )
+
+    def _worker_entry(self, wid: str, slot: int) -> dict[str, Any]:
+        """run.json ``workers[]``: who held a slot, from which host, whether it proved the secret."""
+        auth = self.verified.get(wid, False)
+        return {"id": wid, "host": hostname_of(wid), "slot": slot, "authenticated": auth, **self._ready.get(wid, {})}
 
     # ---------------------------------------------------------------- stop, verdict
     def _on_test_stopping(self, environment: Any, **_: Any) -> None:
@@ -925,6 +1082,7 @@ class LoadgenRuntime:
         self._preparing = False
         self._ready = {}
         self._plan_sent_at = {}
+        self._plan_sent_wall = {}
         self._deferred_replans = []
         self.shares = {}
         self.accounting = None
@@ -935,6 +1093,7 @@ class LoadgenRuntime:
         """Load the plan and measure the target; say so to the master (``MSG_READY``), and start
         when it says go. A plan that already has its start (a takeover mid-run) starts at once."""
         t_got = time.monotonic()
+        t1w = worker_wall_time()
         take_sigterm(self._on_worker_sigterm)
         plan = Plan.from_wire(msg.data)
         if self.driver is not None and not self.driver.done.is_set():
@@ -953,6 +1112,8 @@ class LoadgenRuntime:
             return
         ready = {"run_id": plan.config.run_id, **self.driver.ready_info()}
         ready["prepare_s"] = round(time.monotonic() - t_got, 4)
+        ready["t1w"] = t1w  # this worker's clock when the plan came, and when READY leaves
+        ready["t2w"] = worker_wall_time()
         self.env.runner.send_message(MSG_READY, ready)
 
     def _on_go(self, environment: Any, msg: Any, **_: Any) -> None:
@@ -960,8 +1121,9 @@ class LoadgenRuntime:
         if self.plan is None or self.driver is None or data.get("run_id") != self.plan.config.run_id:
             return
         if not self.driver.t0_ns and not self.driver.stopping:
-            self.plan.t0_unix_s = float(data["t0"])
-            self._start_driver(self.plan.t0_unix_s)
+            self.plan.t0_unix_s = float(data["t0"])  # on the master's clock
+            # On this worker's clock the run starts at t0 plus the offset the master measured.
+            self._start_driver(self.plan.t0_unix_s + float(data.get("clock_offset_s") or 0.0))
 
     def _start_driver(self, t0_unix_s: float) -> None:
         assert self.driver is not None
@@ -969,6 +1131,27 @@ class LoadgenRuntime:
         self._wall_at_plan = time.monotonic()
         self.driver.start(t0_unix_s)
         gevent.spawn(self._worker_done_watch, self.driver)
+
+    def _on_challenge(self, environment: Any, msg: Any, **_: Any) -> None:
+        """Prove the join secret: HMAC-SHA256(secret, nonce || client id); the secret stays here."""
+        nonce = str((msg.data or {}).get("nonce") or "")
+        secret = os.environ.get(SECRET_ENV, "").strip() or None
+        if secret is None:
+            log.error("the master requires a join secret: give it in $%s or with --join-secret-file PATH", SECRET_ENV)
+            self.env.runner.send_message(MSG_AUTH, {"mac": None})
+            return
+        try:
+            mac = response(secret, nonce, self.env.runner.client_id)
+        except ValueError:  # not a hex nonce
+            mac = ""
+        self.env.runner.send_message(MSG_AUTH, {"mac": mac})
+
+    def _on_denied(self, environment: Any, msg: Any, **_: Any) -> None:
+        if not self._denied_logged:
+            self._denied_logged = True
+            message = "the master refused this worker (its join secret is missing or wrong); it gets no part of the run"
+            log.error("%s", message)
+            print(f"Error: {message}", file=sys.stderr, flush=True)
 
     def _on_adopt(self, environment: Any, msg: Any, **_: Any) -> None:
         """Part of a lost worker's arrivals: sent from ``from_s`` on, as if they were ours."""
