@@ -6,7 +6,7 @@
 #   k8s/overlays/ci-job/run-ci.sh
 #   OUT=./results TIMEOUT_S=3600 CLEANUP=1 k8s/overlays/ci-job/run-ci.sh
 #
-# Needs kubectl with access to the cluster and the Secret loadgen-target in namespace loadgen.
+# Needs kubectl with access to the cluster and the Secrets loadgen-target and loadgen-join in namespace loadgen.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
