@@ -1,0 +1,97 @@
+"""`loadgen run` through the Anthropic Messages and OpenAI Responses APIs, against the sim.
+
+What the client measured is checked against the sim's truth log: every request ok, output tokens
+(from each API's usage) equal to the tokens the sim wrote, prompt and cached tokens equal to the
+sim's, and TTFT no shorter than the sim's own (handler start to first token write) and within a few
+milliseconds of it. The same conversation, tool calls included, is the same prompt on every API.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from targets.adapters.anthropic import AnthropicMessagesAdapter
+from targets.adapters.base import ChatRequest
+from targets.adapters.openai import OpenAIChatAdapter
+from targets.adapters.responses import OpenAIResponsesAdapter
+from targets.sim.api import parse_request
+from targets.sim.wire import CHAT
+from targets.sim.wire_events import MESSAGES, RESPONSES
+
+from .runs import loadgen, percentile, records, run_dir, sim, truth
+
+ADAPTERS = [("anthropic-messages", MESSAGES), ("openai-responses", RESPONSES)]
+
+
+@pytest.mark.parametrize(("adapter", "endpoint"), ADAPTERS)
+def test_run_matches_the_sims_truth(tmp_path, adapter, endpoint) -> None:
+    results = tmp_path / "results"
+    with sim(tmp_path, "--profile", "tiny", "--time-scale", "1", "--seed", "4") as (proc, truth_log):
+        r = loadgen(
+            "run", "--target", proc.url, "--adapter", adapter, "--workload", "tiny",
+            "--num-sessions", "4", "--rate", "20", "--seed", "4", "--max-schedule-lag", "10s", "--results", str(results),
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+    recs = records(run_dir(results))
+    t = truth(truth_log)
+    assert len(recs) >= 4 and all(rec.ok for rec in recs), [rec.status for rec in recs]
+    assert any(rec.cached_tokens for rec in recs)  # follow-up turns hit the prefix cache
+    ttft_err_ms = []
+    for rec in recs:
+        tr = t[rec.request_id]
+        assert tr["endpoint"] == endpoint and tr["stream"] and tr["outcome"] == "ok"
+        assert rec.output_tokens == tr["completion_tokens"] == rec.max_tokens
+        assert rec.chunk_output_tokens in (None, rec.output_tokens)
+        assert rec.prompt_tokens == tr["prompt_tokens"] and rec.cached_tokens == tr["cached_tokens"]
+        sim_ttft_us = (tr["t_first_token_ns"] - tr["t_received_ns"]) / 1000
+        assert rec.ttft_us >= sim_ttft_us
+        ttft_err_ms.append((rec.ttft_us - sim_ttft_us) / 1000)
+    assert percentile(ttft_err_ms, 50) <= 5.0 and max(ttft_err_ms) <= 50.0, ttft_err_ms
+
+
+@pytest.mark.parametrize(("adapter", "endpoint"), ADAPTERS)
+def test_run_against_the_embedded_sim(tmp_path, adapter, endpoint) -> None:
+    results = tmp_path / "results"
+    r = loadgen(
+        "run", "--adapter", adapter, "--workload", "tiny", "--profile", "tiny", "--num-sessions", "4",
+        "--max-schedule-lag", "10s", "--results", str(results),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    recs = records(run_dir(results))
+    assert len(recs) >= 4 and all(rec.ok and rec.output_tokens == rec.max_tokens for rec in recs)
+
+
+CONVERSATION = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Fix the failing test in parser dot py"},
+    {
+        "role": "assistant",
+        "content": "Reading both files first",
+        "tool_calls": [
+            {"id": "call_r1", "type": "function", "function": {"name": "read_file", "arguments": '{"task":"r1"}'}},
+            {"id": "call_r2", "type": "function", "function": {"name": "read_file", "arguments": '{"task":"r2"}'}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_r1", "content": "def parse(x): return x"},
+    {"role": "tool", "tool_call_id": "call_r2", "content": "assert parse(1) == 2"},
+    {"role": "assistant", "content": "The parser returns its input unchanged"},
+    {"role": "user", "content": "Then patch it"},
+]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "read_file", "description": "Run read_file and return its output.", "parameters": {}},
+    }
+]
+
+
+def test_a_conversation_with_tool_calls_is_the_same_prompt_on_every_api() -> None:
+    req = ChatRequest(
+        messages=CONVERSATION, max_tokens=16, session_id="s", request_id="r", extra_body={"tools": TOOLS}
+    )
+    chat = parse_request(CHAT, orjson.loads(OpenAIChatAdapter().build_request(req).body), 64)
+    for adapter, endpoint in ((AnthropicMessagesAdapter(), MESSAGES), (OpenAIResponsesAdapter(), RESPONSES)):
+        got = parse_request(endpoint, orjson.loads(adapter.build_request(req).body), 64)
+        assert got.prompt_ids == chat.prompt_ids, adapter.name
+        assert (got.max_tokens, got.stream, got.include_usage) == (16, True, True)
