@@ -1,0 +1,50 @@
+"""Clock skew: a worker whose wall clock is 0.2 s ahead is measured in the READY/GO handshake and
+anchored for it, so its arrivals reach the server on time (checked against the sim's truth)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from tests.conftest import free_port
+
+from .runs import LOADGEN, records, sim, truth
+from .test_distributed_runs import H200, _master_args, _processes, _run_info, _worker_args
+from .test_worker_auth import _start
+
+pytestmark = pytest.mark.slow
+
+SKEW_S = 0.2
+
+
+def test_a_worker_with_a_skewed_clock_is_measured_and_sends_on_time(tmp_path) -> None:
+    port, results, run_id, n = free_port(), tmp_path / "results", "skew", 20
+    with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log), _processes() as procs:
+        args = _master_args(proc.url, port, results, run_id, 1, "--rate", "20", "--num-sessions", str(n))
+        procs.append(_start([*LOADGEN, *args], tmp_path / "master.log"))
+        procs.append(_start([*LOADGEN, *_worker_args(port)], tmp_path / "worker.log", LOADGEN_WORKER_CLOCK_OFFSET_S=str(SKEW_S)))
+        assert procs[0].wait(timeout=60) == 0, (tmp_path / "master.log").read_text()[-3000:]
+        master_log = (tmp_path / "master.log").read_text()
+    # This process's clock is the master's (same host, no offset): wall time = perf time + this.
+    wall_minus_perf_s = time.time() - time.perf_counter_ns() / 1e9
+    info = _run_info(results / run_id)
+    recs = records(results / run_id)
+    served = truth(truth_log)
+
+    [worker] = info["workers"]
+    assert abs(worker["clock_offset_s"] - SKEW_S) < 0.010, worker
+    assert 0 <= worker["clock_offset_error_s"] < 0.010, worker
+    assert any(f"{worker['id']}'s clock is +" in w for w in info["warnings"]), info["warnings"]
+    assert "ms off the master's" in master_log
+
+    # Each first turn's arrival at the server against its intended time on the master's clock.
+    late_ms = []
+    for r in recs:
+        if r.turn_index == 0:
+            intended_perf_s = info["t0_unix_s"] + r.t_sched_us / 1e6 - wall_minus_perf_s
+            late_ms.append((served[r.request_id]["t_received_ns"] / 1e9 - intended_perf_s) * 1000)
+    assert len(late_ms) == n
+    # Uncorrected, every arrival would come 200 ms early.
+    assert min(late_ms) > -20 and statistics.median(late_ms) < 20, sorted(late_ms)
