@@ -11,11 +11,14 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from loadgen.client import SessionConnection
 from targets.adapters.anthropic import AnthropicMessagesAdapter
 from targets.adapters.base import ChatRequest
 from targets.adapters.openai import OpenAIChatAdapter
 from targets.adapters.responses import OpenAIResponsesAdapter
+from targets.registry import get_adapter
 from targets.sim.api import parse_request
+from targets.sim.process import SimProcess
 from targets.sim.wire import CHAT
 from targets.sim.wire_events import MESSAGES, RESPONSES
 
@@ -95,3 +98,40 @@ def test_a_conversation_with_tool_calls_is_the_same_prompt_on_every_api() -> Non
         got = parse_request(endpoint, orjson.loads(adapter.build_request(req).body), 64)
         assert got.prompt_ids == chat.prompt_ids, adapter.name
         assert (got.max_tokens, got.stream, got.include_usage) == (16, True, True)
+
+
+def _one(url: str, adapter_name: str, *, stream: bool = True, max_tokens: int = 6):
+    adapter = get_adapter(adapter_name)
+    req = ChatRequest(messages=CONVERSATION, max_tokens=max_tokens, session_id="s", request_id="r-1", stream=stream)
+    with SessionConnection(url) as conn:
+        return conn.stream(adapter.build_request(req), adapter, deadline_s=20)
+
+
+@pytest.mark.parametrize("adapter", [a for a, _ in ADAPTERS])
+def test_streamed_and_whole_replies_through_the_client(adapter) -> None:
+    proc = SimProcess.start(["--profile", "tiny", "--time-scale", "0"])
+    try:
+        streamed = _one(proc.url, adapter)
+        whole = _one(proc.url, adapter, stream=False)
+    finally:
+        proc.stop()
+    for res in (streamed, whole):
+        assert res.ok, res.error_message
+        assert res.usage.completion_tokens == 6 and res.usage.prompt_tokens > 0
+        assert len(res.text.split()) == 6
+    assert streamed.streamed and sum(streamed.chunk_tokens) == 6 and not whole.streamed
+    assert streamed.text == whole.text  # the reply is a function of the prompt
+
+
+@pytest.mark.parametrize("adapter", [a for a, _ in ADAPTERS])
+@pytest.mark.parametrize(
+    ("fault", "category"),
+    [("--fault-malformed", "bad_chunk"), ("--fault-cut", "stream_cut"), ("--fault-http-429", "http_429")],
+)
+def test_sim_faults_are_categorised(adapter, fault, category) -> None:
+    proc = SimProcess.start(["--profile", "tiny", "--time-scale", "0", fault, "1"])
+    try:
+        res = _one(proc.url, adapter, max_tokens=12)
+    finally:
+        proc.stop()
+    assert not res.ok and res.error_category == category, (res.error_category, res.error_message)
