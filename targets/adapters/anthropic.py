@@ -260,11 +260,17 @@ class _MessagesStream:
             return StreamEvent(done=True)
         obj = load_json(payload)
         kind = obj.get("type")
+        if type(kind) is not str:
+            if obj.get("error"):  # an error object without the event type
+                return _error(obj)
+            raise BadChunk("a Messages event without a string type")
         if kind == "content_block_delta":
             delta = obj.get("delta")
             if type(delta) is not dict:
                 raise BadChunk("content_block_delta without a delta object")
             dtype = delta.get("type")
+            if type(dtype) is not str:
+                raise BadChunk("a content_block_delta without a string delta type")
             if dtype == "text_delta":
                 text = text_or_empty(delta.get("text"))
                 return StreamEvent(tokens=1, text=text) if text else None

@@ -242,6 +242,11 @@ class _ResponsesStream:
             return StreamEvent(done=True)
         obj = load_json(payload)
         kind = obj.get("type")
+        if type(kind) is not str:
+            if obj.get("error"):  # an error object a proxy or server sent in the OpenAI chat shape
+                inner = obj["error"]
+                return _error(inner if type(inner) is dict else {"message": str(inner)})
+            raise BadChunk("a Responses event without a string type")
         if kind == _TEXT_DELTA:
             text = text_or_empty(obj.get("delta"))
             return StreamEvent(tokens=1, text=text) if text else None
