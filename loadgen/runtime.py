@@ -43,6 +43,7 @@ from loadgen.join_auth import (
     SECRET_ENV,
     UNAUTHENTICATED_WARNING,
     hostname_of,
+    is_loopback,
     new_nonce,
     response,
     verify,
@@ -727,7 +728,10 @@ class LoadgenRuntime:
         self._join_during_run(wid)
 
     def _log_join(self, wid: str, what: str) -> None:
-        log.info("worker %s (host %s) %s", wid, hostname_of(wid), what)
+        # Shown by default (warning level) when other machines can reach the master's port.
+        bind = str(getattr(self.env.parsed_options, "master_bind_host", "*") or "*")
+        level = logging.INFO if is_loopback(bind) else logging.WARNING
+        log.log(level, "worker %s (host %s) %s", wid, hostname_of(wid), what)
 
     def _join_during_run(self, client_id: str) -> None:
         """A worker joining during a run takes over a lost slot, or stands by for one.
