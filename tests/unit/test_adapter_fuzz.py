@@ -17,12 +17,17 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from targets.adapters.anthropic import AnthropicMessagesAdapter
 from targets.adapters.base import BadChunk, StreamEvent, Usage
 from targets.adapters.llamacpp import LlamaServerAdapter
 from targets.adapters.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
+from targets.adapters.responses import OpenAIResponsesAdapter
 from targets.adapters.sglang import SGLangAdapter
 
+# The adapters whose streams the well-formed cases below build (the OpenAI-style wire formats).
 ADAPTERS = (OpenAIChatAdapter(), OpenAICompletionsAdapter(), LlamaServerAdapter(), SGLangAdapter())
+# Every built-in adapter: none may crash on input of any shape (the agents' APIs included).
+ALL_ADAPTERS = (*ADAPTERS, AnthropicMessagesAdapter(), OpenAIResponsesAdapter())
 BOUNDED = settings(
     max_examples=60, derandomize=True, deadline=500, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -77,14 +82,14 @@ def parse_all(adapter, lines: list[bytes]) -> list[StreamEvent | None]:
 @given(st.lists(json_objects, min_size=1, max_size=6), st.sampled_from([b"data: ", b"data:", b"error: "]))
 def test_json_of_any_shape_is_an_event_or_bad_chunk(objs, prefix):
     lines = [prefix + json.dumps(o).encode() + b"\n" for o in objs]
-    for adapter in ADAPTERS:
+    for adapter in ALL_ADAPTERS:
         parse_all(adapter, lines)
 
 
 @BOUNDED
 @given(st.lists(st.binary(max_size=40), min_size=1, max_size=5))
 def test_arbitrary_bytes_are_an_event_or_bad_chunk(lines):
-    for adapter in ADAPTERS:
+    for adapter in ALL_ADAPTERS:
         parse_all(adapter, [b"data: " + b for b in lines])
         parse_all(adapter, lines)
 
@@ -93,13 +98,13 @@ def test_arbitrary_bytes_are_an_event_or_bad_chunk(lines):
 @given(json_values)
 def test_whole_bodies_of_any_shape_are_an_event_or_bad_chunk(value):
     body = json.dumps(value).encode()
-    for adapter in ADAPTERS:
+    for adapter in ALL_ADAPTERS:
         try:
             ev = adapter.parse_response(body)
         except BadChunk:
             continue
         check_event(ev)
-    for adapter in ADAPTERS:
+    for adapter in ALL_ADAPTERS:
         try:
             check_event(adapter.parse_response(body[:-1] + b"\xff"))
         except BadChunk:
