@@ -72,6 +72,7 @@ MSG_ADOPT = "loadgen_adopt"  # master -> worker: also send part of a lost worker
 MSG_CHALLENGE = "loadgen_challenge"  # master -> worker: a nonce to answer with the join secret
 MSG_AUTH = "loadgen_auth"  # worker -> master: HMAC-SHA256(secret, nonce || client id)
 MSG_HELLO = "loadgen_hello"  # worker -> master: (re)send the challenge (it may have come before we listened)
+MSG_CLOCK = "loadgen_clock"  # master -> worker -> master: clock stamps of a worker joining mid-run
 MSG_DENIED = "loadgen_denied"  # master -> worker: the answer was wrong; this worker gets no part of the run
 
 # The run starts this long after the last worker is ready, or three times the slowest worker's
@@ -90,6 +91,11 @@ TAKEOVER_LEAD_S = 0.5
 VERIFIED_WAIT_S = 60.0
 # A worker whose clock is off the master's by more than this is named in run.json's warnings.
 CLOCK_OFFSET_WARN_S = 0.010
+# A worker joining mid-run is measured with clock pings until one comes back within this error
+# bound, or CLOCK_PINGS have: a worker busy with Locust's start message answers late, and a
+# late answer is an inexact one. The best (least error) sample anchors it.
+CLOCK_GOOD_ERROR_S = 0.002
+CLOCK_PINGS = 8
 
 
 def off_the_loop(fn: Any, *args: Any) -> Any:
@@ -167,6 +173,8 @@ class LoadgenRuntime:
         self._challenges: dict[str, str] = {}
         self._ignored_logged: set[str] = set()
         self._refused: set[str] = set()  # answered wrong: no second try for that client id
+        self._clock: dict[str, dict[str, float]] = {}  # offsets of workers that joined mid-run
+        self._clock_pings: dict[str, int] = {}
         self._denied_logged = False
 
     # ================================================================ installation
@@ -198,6 +206,7 @@ class LoadgenRuntime:
             runner.register_message(MSG_READY, self._on_ready)
             runner.register_message(MSG_AUTH, self._on_auth)
             runner.register_message(MSG_HELLO, self._on_hello)
+            runner.register_message(MSG_CLOCK, self._on_clock)
             if self._headless():
                 self._await_workers()  # after the listeners: proving the join secret takes messages
         if self.role == "worker":
@@ -209,6 +218,7 @@ class LoadgenRuntime:
             runner.register_message(MSG_DRAIN, self._on_drain, concurrent=True)
             runner.register_message(MSG_CHALLENGE, self._on_challenge)
             runner.register_message(MSG_DENIED, self._on_denied)
+            runner.register_message(MSG_CLOCK, self._on_clock_ping)
             # The master's challenge on connect may have come before these listeners: ask again.
             runner.send_message(MSG_HELLO, {})
             ev.quitting.add_listener(self._on_worker_quitting)
@@ -416,16 +426,20 @@ class LoadgenRuntime:
         """Name each worker whose wall clock is off the master's by more than CLOCK_OFFSET_WARN_S
         (its arrivals are anchored for the measured offset; the warning says the host's clock is off)."""
         for wid in sorted(self._ready):
-            r = self._ready[wid]
-            offset = r.get("clock_offset_s")
-            if offset is None or abs(offset) <= CLOCK_OFFSET_WARN_S:
-                continue
-            text = (
-                f"worker {wid}'s clock is {offset * 1000:+.1f} ms off the master's "
-                f"(+/- {float(r.get('clock_offset_error_s') or 0.0) * 1000:.1f} ms); its arrivals were anchored for it"
-            )
-            log.warning("%s", text)
-            self._run_info_doc.setdefault("warnings", []).append(text)
+            text = self._clock_warning(wid, self._ready[wid])
+            if text:
+                log.warning("%s", text)
+                self._run_info_doc.setdefault("warnings", []).append(text)
+
+    @staticmethod
+    def _clock_warning(wid: str, r: dict[str, Any]) -> str | None:
+        offset = r.get("clock_offset_s")
+        if offset is None or abs(offset) <= CLOCK_OFFSET_WARN_S:
+            return None
+        return (
+            f"worker {wid}'s clock is {offset * 1000:+.1f} ms off the master's "
+            f"(+/- {float(r.get('clock_offset_error_s') or 0.0) * 1000:.1f} ms); its arrivals were anchored for it"
+        )
 
     def _run_info(self, cfg: RunConfig) -> dict[str, Any]:
         info_file = getattr(self.env.parsed_options, "target_info", "") or ""
@@ -707,8 +721,14 @@ class LoadgenRuntime:
         self.env.runner.send_message(MSG_CHALLENGE, {"nonce": nonce}, client_id=client_id)
 
     def _on_hello(self, environment: Any, msg: Any, **_: Any) -> None:
-        if self.join_secret is not None and msg.node_id not in self.verified and msg.node_id not in self._refused:
-            self._challenge(msg.node_id)
+        """The worker listens now (``worker_connect`` comes before): challenge it, or, if it is
+        in, measure its clock when it joins a run under way."""
+        wid = msg.node_id
+        if self.join_secret is not None and wid not in self.verified:
+            if wid not in self._refused:
+                self._challenge(wid)
+        elif self.accepted(wid):
+            self._join_during_run(wid)
 
     def _on_auth(self, environment: Any, msg: Any, **_: Any) -> None:
         """A worker's answer to the challenge: it joins if it proved the secret."""
@@ -734,6 +754,46 @@ class LoadgenRuntime:
         log.log(level, "worker %s (host %s) %s", wid, hostname_of(wid), what)
 
     def _join_during_run(self, client_id: str) -> None:
+        """A worker joining during a run: measure its clock first (``_on_clock``), then place it."""
+        if self.config is None or self.writer is None or self._stopping_requested:
+            return
+        if client_id in self.slots or client_id in self.standby:  # Locust repeats client_ready after a stop
+            return
+        self._ping(client_id)
+
+    def _ping(self, client_id: str) -> None:
+        self.env.runner.send_message(MSG_CLOCK, {"t0m": time.time()}, client_id=client_id)
+
+    def _on_clock(self, environment: Any, msg: Any, **_: Any) -> None:
+        """A newcomer's clock stamps: its offset, as in the READY/GO handshake; then it is placed."""
+        t3m = time.time()
+        wid, data = msg.node_id, msg.data or {}
+        if self._ignored(wid):
+            return
+        try:
+            t0m, t1w, t2w = float(data["t0m"]), float(data["t1w"]), float(data["t2w"])
+        except (KeyError, TypeError, ValueError):
+            return
+        clock = {
+            "clock_offset_s": round(((t1w - t0m) + (t2w - t3m)) / 2, 6),
+            "clock_offset_error_s": round(max(0.0, (t3m - t0m) - (t2w - t1w)) / 2, 6),
+        }
+        best = self._clock.get(wid)
+        if best is None or clock["clock_offset_error_s"] < best["clock_offset_error_s"]:
+            self._clock[wid] = best = clock
+        pings = self._clock_pings[wid] = self._clock_pings.get(wid, 0) + 1
+        if best["clock_offset_error_s"] > CLOCK_GOOD_ERROR_S and pings < CLOCK_PINGS:
+            gevent.spawn_later(0.1, self._ping, wid)
+            return
+        if self.config is None or self.writer is None or wid in self.slots or wid in self.standby:
+            return
+        text = self._clock_warning(wid, best)
+        if text:
+            log.warning("%s", text)
+            self.writer.run_info.setdefault("warnings", []).append(text)
+        self._place_newcomer(wid)
+
+    def _place_newcomer(self, client_id: str) -> None:
         """A worker joining during a run takes over a lost slot, or stands by for one.
 
         The schedule's split over workers is fixed at the start (session k belongs to slot
@@ -775,6 +835,7 @@ class LoadgenRuntime:
         self.slots[client_id] = slot
         plan = Plan(self.config, self.n_slots, slot, self.t0_unix_s).to_wire()
         plan["skip_before_s"] = start_s
+        plan["clock_offset_s"] = self._clock.get(client_id, {}).get("clock_offset_s", 0.0)
         self.env.runner.send_message(MSG_PLAN, plan, client_id)
         log.warning(
             "worker %s takes over slot %d from lost worker %s (its arrivals from %.1fs)", client_id, slot, old, start_s
@@ -894,7 +955,8 @@ class LoadgenRuntime:
     def _worker_entry(self, wid: str, slot: int) -> dict[str, Any]:
         """run.json ``workers[]``: who held a slot, from which host, whether it proved the secret."""
         auth = self.verified.get(wid, False)
-        return {"id": wid, "host": hostname_of(wid), "slot": slot, "authenticated": auth, **self._ready.get(wid, {})}
+        measured = self._ready.get(wid) or self._clock.get(wid, {})
+        return {"id": wid, "host": hostname_of(wid), "slot": slot, "authenticated": auth, **measured}
 
     # ---------------------------------------------------------------- stop, verdict
     def _on_test_stopping(self, environment: Any, **_: Any) -> None:
@@ -1111,8 +1173,8 @@ class LoadgenRuntime:
             self.env.runner.send_message(MSG_READY, {"run_id": plan.config.run_id, "error": message})
             return
         assert self.driver is not None
-        if plan.t0_unix_s:
-            self._start_driver(plan.t0_unix_s)
+        if plan.t0_unix_s:  # a takeover mid-run: the master measured this worker's clock when it joined
+            self._start_driver(plan.t0_unix_s + float(msg.data.get("clock_offset_s") or 0.0))
             return
         ready = {"run_id": plan.config.run_id, **self.driver.ready_info()}
         ready["prepare_s"] = round(time.monotonic() - t_got, 4)
@@ -1149,6 +1211,11 @@ class LoadgenRuntime:
         except ValueError:  # not a hex nonce
             mac = ""
         self.env.runner.send_message(MSG_AUTH, {"mac": mac})
+
+    def _on_clock_ping(self, environment: Any, msg: Any, **_: Any) -> None:
+        t1w = worker_wall_time()
+        data = msg.data or {}
+        self.env.runner.send_message(MSG_CLOCK, {"t0m": data.get("t0m"), "t1w": t1w, "t2w": worker_wall_time()})
 
     def _on_denied(self, environment: Any, msg: Any, **_: Any) -> None:
         if not self._denied_logged:

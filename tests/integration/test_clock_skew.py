@@ -3,6 +3,8 @@ anchored for it, so its arrivals reach the server on time (checked against the s
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import time
 
@@ -47,4 +49,42 @@ def test_a_worker_with_a_skewed_clock_is_measured_and_sends_on_time(tmp_path) ->
             late_ms.append((served[r.request_id]["t_received_ns"] / 1e9 - intended_perf_s) * 1000)
     assert len(late_ms) == n
     # Uncorrected, every arrival would come 200 ms early.
+    assert min(late_ms) > -20 and statistics.median(late_ms) < 20, sorted(late_ms)
+
+
+def _first_turn_lateness_ms(info: dict, recs: list, served: dict, wall_minus_perf_s: float, worker: str) -> list[float]:
+    out = []
+    for r in recs:
+        if r.turn_index == 0 and r.worker == worker:
+            intended_perf_s = info["t0_unix_s"] + r.t_sched_us / 1e6 - wall_minus_perf_s
+            out.append((served[r.request_id]["t_received_ns"] / 1e9 - intended_perf_s) * 1000)
+    return out
+
+
+def test_a_skewed_worker_that_takes_over_a_lost_slot_mid_run_is_measured_too(tmp_path) -> None:
+    from .test_distributed_runs import _locust_child, _sleep_until_unix, _started_run, _wait_for
+
+    port, results, run_id = free_port(), tmp_path / "results", "skew-late"
+    with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log), _processes() as procs:
+        # Two slots: a run whose every worker is lost stops, with nobody left to hand a slot to.
+        args = _master_args(proc.url, port, results, run_id, 2, "--rate", "20", "--num-sessions", "180")
+        procs.append(_start([*LOADGEN, *args], tmp_path / "master.log"))
+        first = _start([*LOADGEN, *_worker_args(port)], tmp_path / "first.log")
+        procs += [first, _start([*LOADGEN, *_worker_args(port)], tmp_path / "second.log")]
+        info = _wait_for(lambda: _started_run(results / run_id), 60, "the run to start")
+        late = _start([*LOADGEN, *_worker_args(port)], tmp_path / "late.log", LOADGEN_WORKER_CLOCK_OFFSET_S=str(SKEW_S))
+        procs.append(late)
+        victim = _locust_child(first)
+        _sleep_until_unix(info["t0_unix_s"] + 2.0)
+        os.kill(victim, signal.SIGKILL)
+        assert procs[0].wait(timeout=60) in (0, 5), (tmp_path / "master.log").read_text()[-3000:]
+    wall_minus_perf_s = time.time() - time.perf_counter_ns() / 1e9
+    info = _run_info(results / run_id)
+    recs = records(results / run_id)
+    [lost] = info["lost_workers"]
+    newcomer = lost["replaced_by"]
+    [entry] = [w for w in info["workers"] if w["id"] == newcomer]
+    assert abs(entry["clock_offset_s"] - SKEW_S) < 0.010, entry
+    late_ms = _first_turn_lateness_ms(info, recs, truth(truth_log), wall_minus_perf_s, newcomer)
+    assert len(late_ms) > 10
     assert min(late_ms) > -20 and statistics.median(late_ms) < 20, sorted(late_ms)
