@@ -86,3 +86,22 @@ def test_a_loopback_master_without_a_secret_takes_any_worker_unauthenticated(tmp
     assert worker["authenticated"] is False
     assert info["worker_auth"]["join_secret_required"] is False
     assert len(records(results / run_id)) > 0
+
+
+def test_allow_unauthenticated_workers_off_loopback_says_so_on_start_and_in_run_json(tmp_path) -> None:
+    port, results, run_id = free_port(), tmp_path / "results", "allow"
+    with sim(tmp_path, *H200, "--seed", "1") as (proc, _), _processes() as procs:
+        args = _master_args(proc.url, port, results, run_id, 1, "--rate", "20", "--num-sessions", "4")
+        args += ["--bind", "0.0.0.0", "--allow-unauthenticated-workers"]
+        procs.append(_start([*LOADGEN, *args], tmp_path / "master.log"))
+        procs.append(_start([*LOADGEN, *_worker_args(port)], tmp_path / "worker.log"))
+        assert procs[0].wait(timeout=60) == 0, (tmp_path / "master.log").read_text()[-3000:]
+        out = (tmp_path / "master.log").read_text()
+    warnings = [line for line in out.splitlines() if line.startswith("warning: --allow-unauthenticated-workers")]
+    assert len(warnings) == 1, out[-3000:]
+    info = _run_info(results / run_id)
+    assert info["worker_auth"] == {"join_secret_required": False, "allow_unauthenticated_workers": True}
+    assert any("allow-unauthenticated-workers" in w for w in info["warnings"])
+    [worker] = info["workers"]
+    assert worker["authenticated"] is False
+    assert "joined (no join secret required)" in out  # off loopback, every join is logged by default
