@@ -49,7 +49,9 @@ from analysis.results import RunResults, load_results
 from analysis.summary import distribution, summarize_results
 
 COMPARE_SCHEMA_VERSION = 1
-METRICS = ("ttft", "tpot", "itl", "e2e", "ttft_sched")
+METRICS = ("ttft", "tpot", "itl", "e2e", "ttft_sched", "ttfot", "tpot_output")
+# Metrics absent from results written before they existed: compared only where a run has them.
+OPTIONAL_METRICS = ("ttfot", "tpot_output")
 TURN_CLASSES = ("all", "first", "follow-up")
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 HEADLINE_STAT = "p95"
@@ -69,6 +71,8 @@ METRIC_NAMES = {
     "itl": "ITL",
     "e2e": "E2E latency",
     "ttft_sched": "TTFT from schedule",
+    "ttfot": "TTFOT",
+    "tpot_output": "TPOT of the answer",
 }
 _CDF_POINTS = 200
 
@@ -113,6 +117,8 @@ def compare_runs(
     cdfs: dict[str, dict[str, Any]] = {}
     hists = (_by_metric_and_turn_class(a), _by_metric_and_turn_class(b))
     for metric in METRICS:
+        if metric in OPTIONAL_METRICS and not any((metric, "all") in h for h in hists):
+            continue  # runs without reasoning fields (older files) have no TTFOT: no rows for it
         for tc in TURN_CLASSES:
             sa, sb, n_pairs = _samples(a, b, metric, tc, pairs)
             ha, hb = (h.get((metric, tc)) for h in hists)
@@ -206,7 +212,10 @@ def _value(rec: RequestRecord, metric: str) -> float | list[int] | None:
         return None
     if metric == "itl":
         return rec.itl_us
-    v = {"ttft": rec.ttft_us, "tpot": rec.tpot_us, "e2e": rec.e2e_us, "ttft_sched": rec.ttft_sched_us}[metric]
+    v = {
+        "ttft": rec.ttft_us, "tpot": rec.tpot_us, "e2e": rec.e2e_us, "ttft_sched": rec.ttft_sched_us,
+        "ttfot": rec.ttfot_us, "tpot_output": rec.tpot_output_us,
+    }[metric]  # fmt: skip
     return None if v is None else v / 1000.0
 
 

@@ -30,7 +30,9 @@ HIST_HIGHEST_US = 3_600_000_000
 HIST_SIGNIFICANT_DIGITS = 3
 
 # Metric names, identical from record field to JSON key to UI column.
-METRICS = ("ttft", "ttft_sched", "schedule_lag", "itl", "tpot", "e2e", "tokens_per_chunk")
+METRICS = (
+    "ttft", "ttft_sched", "schedule_lag", "itl", "tpot", "e2e", "tokens_per_chunk", "ttfot", "tpot_output",
+)  # fmt: skip
 # tokens_per_chunk is a count, not a duration; it shares the histogram machinery.
 
 ERROR_CATEGORIES = (
@@ -112,6 +114,14 @@ class RequestRecord:
     # time, t_send_us then equals t_sched_us, and it must add no schedule-lag value. True in
     # older files.
     sent: bool = True
+    # Reasoning (null in older files). t_first_output_us: the first token-bearing chunk that is
+    # not reasoning (content or tool-call arguments); equal to t_first_us when the reply had no
+    # reasoning, null when it had only reasoning. reasoning_tokens: the server's usage count of
+    # reasoning tokens (completion_tokens_details / output_tokens_details) when it reports one at
+    # least the reasoning chunks' tokens, else the tokens the reasoning chunks carried; part of
+    # output_tokens.
+    t_first_output_us: int | None = None
+    reasoning_tokens: int | None = None
 
     # Derived values: the formulas of DESIGN §4, in one place.
     @property
@@ -139,6 +149,25 @@ class RequestRecord:
         if self.t_first_us is None or self.t_last_us is None or self.output_tokens < 2:
             return None
         return (self.t_last_us - self.t_first_us) / (self.output_tokens - 1)
+
+    @property
+    def ttfot_us(self) -> int | None:
+        """Time to first output token: the first non-reasoning token after ``t_send``."""
+        return None if self.t_first_output_us is None else self.t_first_output_us - self.t_send_us
+
+    @property
+    def output_only_tokens(self) -> int:
+        """``output_tokens`` less the reasoning tokens: the answer's tokens."""
+        return self.output_tokens - (self.reasoning_tokens or 0)
+
+    @property
+    def tpot_output_us(self) -> float | None:
+        """TPOT over the answer only: ``(t_last - t_first_output) / (N - reasoning - 1)``, for
+        answers of at least 2 tokens. Equals ``tpot_us`` when the reply had no reasoning."""
+        n = self.output_only_tokens
+        if self.t_first_output_us is None or self.t_last_us is None or n < 2:
+            return None
+        return (self.t_last_us - self.t_first_output_us) / (n - 1)
 
     def to_dict(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies recursively and is ~10x slower on the hot path.
@@ -197,6 +226,11 @@ def metric_values(rec: RequestRecord) -> Iterator[tuple[str, int]]:
     tpot = rec.tpot_us
     if tpot is not None:
         yield "tpot", round(tpot)
+    if rec.t_first_output_us is not None:
+        yield "ttfot", rec.t_first_output_us - rec.t_send_us
+        tpot_output = rec.tpot_output_us
+        if tpot_output is not None:
+            yield "tpot_output", round(tpot_output)
     for gap in rec.itl_us:
         yield "itl", gap
     if rec.chunks:

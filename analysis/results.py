@@ -313,6 +313,11 @@ def histograms_from_records(records: Iterable[RequestRecord]) -> dict[str, HdrHi
         tpot = r.tpot_us
         if tpot is not None:
             by_labels[("tpot", *labels)].append(round(tpot))
+        if r.t_first_output_us is not None:
+            by_labels[("ttfot", *labels)].append(r.t_first_output_us - r.t_send_us)
+            tpot_output = r.tpot_output_us
+            if tpot_output is not None:
+                by_labels[("tpot_output", *labels)].append(round(tpot_output))
         if r.itl_us:
             by_labels[("itl", *labels)].extend(r.itl_us)
         if r.chunks:

@@ -21,8 +21,8 @@ from typing import Any
 from analysis.records import RequestRecord
 from analysis.units import parse_duration_s
 
-PERCENTILE_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "schedule_lag")
-REQUEST_SLO_KEYS = ("ttft", "tpot", "itl_max", "e2e")
+PERCENTILE_METRICS = ("ttft", "ttft_sched", "ttfot", "tpot", "tpot_output", "itl", "e2e", "schedule_lag")
+REQUEST_SLO_KEYS = ("ttft", "ttfot", "tpot", "itl_max", "e2e")
 
 SLO_FORM = (
     "use metric_pNN=duration for a percentile SLO (metrics: "
@@ -67,7 +67,7 @@ class PercentileSlo:
 
 @dataclass(frozen=True, slots=True)
 class RequestSlo:
-    """A limit every single request must meet: ``ttft``, ``tpot``, ``itl_max`` or ``e2e``."""
+    """A limit every single request must meet: ``ttft``, ``ttfot``, ``tpot``, ``itl_max`` or ``e2e``."""
 
     metric: str
     limit_us: float
@@ -79,6 +79,8 @@ class RequestSlo:
     def value_us(self, rec: RequestRecord) -> float | None:
         if self.metric == "ttft":
             return rec.ttft_us
+        if self.metric == "ttfot":
+            return rec.ttfot_us
         if self.metric == "tpot":
             return rec.tpot_us
         if self.metric == "e2e":
@@ -87,7 +89,8 @@ class RequestSlo:
 
     def met_by(self, rec: RequestRecord) -> bool:
         """Errors never meet an SLO. A TPOT or max ITL that does not exist (under two tokens) has
-        nothing to violate; a missing TTFT or E2E on a successful request is a miss."""
+        nothing to violate; a missing TTFT, TTFOT (a reply of reasoning only) or E2E on a successful
+        request is a miss."""
         if not rec.ok:
             return False
         v = self.value_us(rec)

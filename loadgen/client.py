@@ -146,7 +146,9 @@ class StreamResult:
     answers waited out (``Retry-After``) before this result. ``t_send_ns`` stays 0 when nothing
     of the request left (``sent`` is False: the connect failed). ``streamed``: the reply was read
     as a stream (else as one body). ``cause``: the exception behind a failure, where one was (for
-    messages such as the preflight's; never recorded).
+    messages such as the preflight's; never recorded). ``t_first_output_ns``: the first
+    token-bearing chunk that is not reasoning (None when every one was); ``reasoning_chunk_tokens``:
+    the tokens reasoning chunks carried.
     """
 
     t_send_ns: int = 0
@@ -165,6 +167,8 @@ class StreamResult:
     throttled: int = 0
     streamed: bool = False
     cause: BaseException | None = None
+    t_first_output_ns: int | None = None
+    reasoning_chunk_tokens: int = 0
 
     @property
     def ok(self) -> bool:
@@ -183,6 +187,15 @@ class StreamResult:
     def output_tokens(self) -> int:
         """N by ``output_tokens()``'s rule, from ``usage`` and the tokens the chunks carried."""
         return output_tokens(self.usage.completion_tokens if self.usage is not None else None, self.chunk_tokens)
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """Reasoning tokens: ``usage``'s ``reasoning_tokens`` where the server reports it and it is
+        at least the tokens the reasoning chunks carried, else those tokens; never above N."""
+        counted = self.reasoning_chunk_tokens
+        u = self.usage.reasoning_tokens if self.usage is not None else None
+        n = u if u is not None and u >= counted else counted
+        return min(n, self.output_tokens)
 
 
 def output_tokens(usage_completion_tokens: int | None, chunk_tokens: list[int]) -> int:
@@ -303,8 +316,8 @@ class _StreamState:
     """
 
     __slots__ = (
-        "chunk_ns", "chunk_tokens", "counts", "done", "error", "parse", "parts", "pending", "pending_ns",
-        "timings", "usage",
+        "chunk_ns", "chunk_tokens", "counts", "done", "error", "output_ns", "parse", "parts", "pending",
+        "pending_ns", "reasoning", "timings", "usage",
     )  # fmt: skip
 
     def __init__(
@@ -321,6 +334,8 @@ class _StreamState:
         self.done = False
         self.pending: list[bytes] | None = None  # the data of an event over several data: lines
         self.pending_ns = 0
+        self.output_ns: int | None = None  # the first token-bearing chunk that is not reasoning
+        self.reasoning = 0  # tokens the reasoning chunks carried
 
     def take(self, lines: list[bytes], t_recv_ns: int) -> bool:
         """Parse ``lines`` (all received at ``t_recv_ns``); True once the stream has said its last
@@ -353,6 +368,10 @@ class _StreamState:
                         counts.coalesced += 1
                 chunk_ns.append(t_recv_ns)
                 self.chunk_tokens.append(ev.tokens)
+                if ev.reasoning:
+                    self.reasoning += ev.tokens
+                elif self.output_ns is None:
+                    self.output_ns = t_recv_ns
             if ev.text:
                 self.parts.append(ev.text)
             if ev.usage is not None:
@@ -403,6 +422,10 @@ class _StreamState:
                     self.counts.coalesced += 1
             self.chunk_ns.append(t_recv_ns)
             self.chunk_tokens.append(ev.tokens)
+            if ev.reasoning:
+                self.reasoning += ev.tokens
+            elif self.output_ns is None:
+                self.output_ns = t_recv_ns
         if ev.text:
             self.parts.append(ev.text)
         if ev.usage is not None:
@@ -928,6 +951,8 @@ class SessionConnection:
             res.text = "".join(st.parts)
             res.usage = st.usage
             res.server_timings = st.timings
+            res.t_first_output_ns = st.output_ns
+            res.reasoning_chunk_tokens = st.reasoning
             if chunk_ns:
                 res.t_first_ns = chunk_ns[0]
         error = st.error
@@ -1014,6 +1039,8 @@ class SessionConnection:
             res.chunk_ns.append(resp.t_recv_ns)
             res.chunk_tokens.append(ev.tokens or 1)
             res.t_first_ns = resp.t_recv_ns
+            if ev.text or not ev.reasoning:  # one body: its answer arrived with it
+                res.t_first_output_ns = resp.t_recv_ns
 
     def _idle_message(self, chunks: int) -> str:
         return f"no data for {self._idle_timeout_s:g} s after {chunks} token chunks (idle timeout)"

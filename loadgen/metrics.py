@@ -174,6 +174,11 @@ def metric_sums(rec: RequestRecord) -> list[tuple[str, int]]:
     tpot = rec.tpot_us
     if tpot is not None:
         out.append(("tpot", round(tpot)))
+    if rec.t_first_output_us is not None:
+        out.append(("ttfot", rec.t_first_output_us - rec.t_send_us))
+        tpot_output = rec.tpot_output_us
+        if tpot_output is not None:
+            out.append(("tpot_output", round(tpot_output)))
     if rec.itl_us:
         out.append(("itl", sum(rec.itl_us)))
     if rec.chunks:

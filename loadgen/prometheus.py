@@ -28,8 +28,16 @@ HISTOGRAMS: dict[str, tuple[str, str]] = {
         "loadgen_ttft_from_schedule_seconds",
         "Time to first token from the intended start (includes client lateness; coordinated-omission free).",
     ),
+    "ttfot": (
+        "loadgen_ttfot_seconds",
+        "Time to first output token: first non-reasoning token-bearing chunk minus request sent.",
+    ),
     "itl": ("loadgen_itl_seconds", "Inter-token latency: every gap between consecutive token-bearing chunks."),
     "tpot": ("loadgen_tpot_seconds", "Time per output token after the first, per request with 2+ tokens."),
+    "tpot_output": (
+        "loadgen_tpot_output_seconds",
+        "Time per output token of the answer (reasoning excluded) after its first, per request with 2+.",
+    ),
     "e2e": ("loadgen_e2e_seconds", "End-to-end latency: stream closed minus request sent."),
     "schedule_lag": ("loadgen_schedule_lag_seconds", "Request sent minus its intended start: the generator's own lateness."),
 }

@@ -311,4 +311,6 @@ def _record(
         throttled=result.throttled,
         chunk_output_tokens=counted,
         sent=sent,
+        t_first_output_us=_us(result.t_first_output_ns, t0),
+        reasoning_tokens=min(result.reasoning_tokens, output_tokens),
     )

@@ -20,7 +20,7 @@ import orjson
 
 from analysis.hdr import percentile_values
 
-LIVE_METRICS = ("ttft", "tpot", "itl", "e2e", "schedule_lag")
+LIVE_METRICS = ("ttft", "ttfot", "tpot", "itl", "e2e", "schedule_lag")
 TURN_CLASSES = (None, "first", "follow-up")
 LIVE_PERCENTILES = (50.0, 95.0, 99.0)  # through analysis.hdr.percentile_values, as every command's
 HISTORY_POINTS = 720  # 12 minutes at one point a second; older points are thinned

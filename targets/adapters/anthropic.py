@@ -15,7 +15,7 @@ Stream (named SSE events; each ``data:`` object repeats its ``type``, which is w
   ``cache_read_input_tokens`` and ``cache_creation_input_tokens``;
 * ``content_block_start`` / ``content_block_stop``: carry no token;
 * ``content_block_delta``: ``text_delta`` (reply text), ``thinking_delta`` (thinking: generated
-  tokens, not reply text) and ``input_json_delta`` (tool-call arguments) are token-bearing, one
+  tokens, not reply text: ``StreamEvent.reasoning``) and ``input_json_delta`` (tool-call arguments) are token-bearing, one
   token per delta; ``signature_delta`` and ``citations_delta`` are not;
 * ``message_delta``: ``usage.output_tokens`` (cumulative) and ``delta.stop_reason``;
 * ``message_stop``: the end of the stream; ``ping``: keep-alive;
@@ -242,6 +242,7 @@ def _usage(start: dict, last: dict) -> Usage:
 
 _NOTHING = frozenset(("content_block_start", "content_block_stop", "ping"))
 _TOKEN_DELTAS = {"thinking_delta": "thinking", "input_json_delta": "partial_json"}
+_THINKING = StreamEvent(tokens=1, reasoning=True)  # never mutated by the client: shared
 
 
 class _MessagesStream:
@@ -276,7 +277,9 @@ class _MessagesStream:
                 return StreamEvent(tokens=1, text=text) if text else None
             field = _TOKEN_DELTAS.get(dtype)
             if field is not None:
-                return StreamEvent(tokens=1) if text_or_empty(delta.get(field)) else None
+                if not text_or_empty(delta.get(field)):
+                    return None
+                return _THINKING if dtype == "thinking_delta" else StreamEvent(tokens=1)
             return None  # signature_delta, citations_delta
         if kind in _NOTHING:
             return None

@@ -94,6 +94,7 @@ class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    reasoning_tokens: int | None = None  # of completion_tokens (completion/output_tokens_details)
 
 
 @dataclass(slots=True)
@@ -101,8 +102,11 @@ class StreamEvent:
     """What one stream line (or one non-streaming body) says.
 
     ``tokens``: generated tokens this chunk carries (0 for role-only, empty, keep-alive and usage
-    chunks; 1 per token-bearing chunk when the API does not say). ``text``: generated text,
-    reasoning included. ``usage``: counts when the line carries them (the last one seen wins).
+    chunks; 1 per token-bearing chunk when the API does not say). ``text``: the reply text the
+    chunk adds (what goes back into the conversation); reasoning text is not in it unless the
+    adapter's ``reasoning_in_history`` option asks. ``reasoning``: the chunk's tokens are
+    reasoning (thinking), not the answer: TTFOT is the first token-bearing chunk without it. A
+    chunk that carries both reasoning and answer is not reasoning. ``usage``: counts when the line carries them (the last one seen wins).
     ``done``: the stream is complete (``[DONE]``, llama-server's ``stop: true``).
     ``server_timings``: engine-reported timings (llama-server ``timings``, SGLang ``meta_info``
     latencies). ``error``/``error_code``: an error object sent inside the stream.
@@ -115,6 +119,7 @@ class StreamEvent:
     server_timings: dict | None = None
     error: str | None = None
     error_code: int | None = None
+    reasoning: bool = False
 
 
 class StreamParser(Protocol):
@@ -250,10 +255,12 @@ def usage_from_openai(u: Any) -> Usage:
     if type(u) is not dict:
         raise BadChunk(f"usage is not a JSON object: {_preview(repr(u).encode())}")
     details = u.get("prompt_tokens_details")
+    out = u.get("completion_tokens_details")
     return Usage(
         prompt_tokens=count_or_none(u.get("prompt_tokens")),
         completion_tokens=count_or_none(u.get("completion_tokens")),
         cached_tokens=count_or_none(details.get("cached_tokens")) if type(details) is dict else None,
+        reasoning_tokens=count_or_none(out.get("reasoning_tokens")) if type(out) is dict else None,
     )
 
 

@@ -6,7 +6,10 @@ The wire format (server-sent events, one JSON chunk per ``data:`` line, ``data: 
 * the first chat chunk is role-only: ``delta: {"role": "assistant", "content": ""}`` (vLLM) or
   ``"content": null`` (llama-server); it carries no token;
 * each later chunk carries ``delta.content`` and/or ``delta.reasoning_content`` (``reasoning`` in
-  newer vLLM) for reasoning models; completions chunks carry ``choices[0].text``;
+  newer vLLM) for reasoning models; completions chunks carry ``choices[0].text``. A chunk with
+  reasoning and no content or tool call is a reasoning chunk (``StreamEvent.reasoning``); its
+  text is not reply text (not sent back in the history) unless ``reasoning_in_history``;
+  ``usage.completion_tokens_details.reasoning_tokens`` is surfaced as ``Usage.reasoning_tokens``;
 * with ``stream_options.include_usage`` (always asked) a last chunk with ``choices: []`` carries
   ``usage`` (``prompt_tokens``, ``completion_tokens``, ``prompt_tokens_details.cached_tokens``);
 * with vLLM's ``continuous_usage_stats`` every chunk carries the cumulative ``usage``, which tells
@@ -48,7 +51,9 @@ class _OpenAIAdapter(Adapter):
     ``ignore_eos`` (vLLM, SGLang, llama-server, sim; the OpenAI service rejects it): send
     ``ignore_eos`` when the request asks for it. ``min_tokens`` (vLLM, SGLang): a floor on the
     generated length. ``continuous_usage_stats`` (vLLM): cumulative usage on every chunk.
-    ``temperature``: sent when set.
+    ``temperature``: sent when set. ``reasoning_in_history`` (chat): keep a reasoning model's
+    reasoning text in the reply text that goes back into the conversation; off by default, as
+    agent clients drop it.
     """
 
     def __init__(
@@ -58,8 +63,10 @@ class _OpenAIAdapter(Adapter):
         min_tokens: int | None = None,
         continuous_usage_stats: bool = False,
         temperature: float | None = None,
+        reasoning_in_history: bool = False,
     ) -> None:
         self.ignore_eos = ignore_eos
+        self.reasoning_in_history = reasoning_in_history
         self.min_tokens = min_tokens
         self.continuous_usage_stats = continuous_usage_stats
         self.temperature = temperature
@@ -103,7 +110,7 @@ class OpenAIChatAdapter(_OpenAIAdapter):
         return self._prepare(body, req)
 
     def new_stream(self) -> _ChatStream:
-        return _ChatStream()
+        return _ChatStream(self.reasoning_in_history)
 
     def parse_response(self, body: bytes) -> StreamEvent:
         obj = load_json(body)
@@ -115,8 +122,10 @@ class OpenAIChatAdapter(_OpenAIAdapter):
         if type(msg) is not dict:
             raise BadChunk("choices[0].message is not a JSON object")
         reasoning = text_or_empty(msg.get("reasoning_content") or msg.get("reasoning"))
-        text = reasoning + text_or_empty(msg.get("content"))
-        return _final_event(obj, text)
+        text = text_or_empty(msg.get("content"))
+        if self.reasoning_in_history:
+            text = reasoning + text
+        return _final_event(obj, text, bool(reasoning))
 
 
 class OpenAICompletionsAdapter(_OpenAIAdapter):
@@ -173,10 +182,12 @@ def _timings(obj: dict) -> dict | None:
     return t if type(t) is dict else None
 
 
-def _final_event(obj: dict, text: str) -> StreamEvent:
+def _final_event(obj: dict, text: str, reasoned: bool = False) -> StreamEvent:
     u = obj.get("usage")
     usage = usage_from_openai(u) if u else None
-    tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else int(bool(text))
+    tokens = (
+        usage.completion_tokens if usage and usage.completion_tokens is not None else int(bool(text) or reasoned)
+    )
     return StreamEvent(tokens=tokens, text=text, usage=usage, done=True, server_timings=_timings(obj))
 
 
@@ -188,7 +199,7 @@ class _OpenAIStream:
     def __init__(self) -> None:
         self.counted = 0
 
-    def _event(self, obj: dict, text: str, generated: bool) -> StreamEvent:
+    def _event(self, obj: dict, text: str, generated: bool, reasoning: bool = False) -> StreamEvent:
         u = obj.get("usage")
         usage = usage_from_openai(u) if u else None
         tokens = 0
@@ -200,14 +211,18 @@ class _OpenAIStream:
             if usage is not None and usage.completion_tokens is not None:
                 tokens = max(1, usage.completion_tokens - self.counted)
             self.counted += tokens
-        return StreamEvent(tokens, text, usage, False, _timings(obj))
+        return StreamEvent(tokens, text, usage, False, _timings(obj), reasoning=reasoning)
 
     def _load(self, line: bytes) -> dict | StreamEvent | None:
         return sse_json(line)
 
 
 class _ChatStream(_OpenAIStream):
-    __slots__ = ()
+    __slots__ = ("keep_reasoning",)
+
+    def __init__(self, keep_reasoning: bool = False) -> None:
+        super().__init__()
+        self.keep_reasoning = keep_reasoning
 
     def parse_line(self, line: bytes) -> StreamEvent | None:
         # Fast path for the line nearly every chunk is, ``data: {...}``: one JSON parse and no
@@ -227,7 +242,7 @@ class _ChatStream(_OpenAIStream):
             if type(obj) is not dict:
                 return obj
         text = ""
-        generated = False
+        generated = is_reasoning = False
         choices = obj.get("choices")
         if choices:
             c0 = choices[0] if type(choices) is list else None
@@ -243,13 +258,17 @@ class _ChatStream(_OpenAIStream):
                     reasoning and type(reasoning) is not str
                 ):
                     _malformed("the delta's content")
-                if reasoning:
-                    text = reasoning + content if content else reasoning
-                elif content:
+                if content:
                     text = content
+                tools = bool(delta.get("tool_calls"))
+                if reasoning:
+                    if self.keep_reasoning:
+                        text = reasoning + content if content else reasoning
+                    # Reasoning with answer (content or a tool call) in one chunk: an answer chunk.
+                    is_reasoning = not content and not tools
                 # A tool-call delta is generated output too, though not reply text.
-                generated = bool(text) or bool(delta.get("tool_calls"))
-        return self._event(obj, text, generated)
+                generated = bool(text) or bool(reasoning) or tools
+        return self._event(obj, text, generated, is_reasoning)
 
 
 class _CompletionsStream(_OpenAIStream):

@@ -10,7 +10,8 @@ parameters}`` tools. The session id travels in the session header and in ``user`
 Stream (named SSE events; each ``data:`` object repeats its ``type``, which is what is read):
 
 * ``response.output_text.delta`` (reply text), ``response.reasoning_text.delta``,
-  ``response.reasoning_summary_text.delta`` (reasoning: generated tokens, not reply text),
+  ``response.reasoning_summary_text.delta`` (reasoning: generated tokens, not reply text, flagged
+  ``StreamEvent.reasoning``),
   ``response.refusal.delta`` and ``response.function_call_arguments.delta`` are token-bearing,
   one token per delta;
 * ``response.completed`` and ``response.incomplete`` (``max_output_tokens`` reached) end the
@@ -65,14 +66,8 @@ ERROR_STATUS: dict[str, int] = {
 }
 
 _TEXT_DELTA = "response.output_text.delta"
-_TOKEN_DELTAS = frozenset(
-    (
-        "response.reasoning_text.delta",
-        "response.reasoning_summary_text.delta",
-        "response.refusal.delta",
-        "response.function_call_arguments.delta",
-    )
-)
+_REASONING_DELTAS = frozenset(("response.reasoning_text.delta", "response.reasoning_summary_text.delta"))
+_TOKEN_DELTAS = frozenset(("response.refusal.delta", "response.function_call_arguments.delta"))
 _ENDS = frozenset(("response.completed", "response.incomplete"))
 
 
@@ -222,10 +217,12 @@ def _usage(u: Any) -> Usage | None:
     if type(u) is not dict:
         return None
     details = u.get("input_tokens_details")
+    out = u.get("output_tokens_details")
     return Usage(
         count_or_none(u.get("input_tokens")),
         count_or_none(u.get("output_tokens")),
         count_or_none(details.get("cached_tokens")) if type(details) is dict else None,
+        count_or_none(out.get("reasoning_tokens")) if type(out) is dict else None,
     )
 
 
@@ -250,6 +247,8 @@ class _ResponsesStream:
         if kind == _TEXT_DELTA:
             text = text_or_empty(obj.get("delta"))
             return StreamEvent(tokens=1, text=text) if text else None
+        if kind in _REASONING_DELTAS:
+            return StreamEvent(tokens=1, reasoning=True) if text_or_empty(obj.get("delta")) else None
         if kind in _TOKEN_DELTAS:
             return StreamEvent(tokens=1) if text_or_empty(obj.get("delta")) else None
         if kind in _ENDS:

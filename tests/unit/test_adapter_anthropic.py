@@ -160,6 +160,8 @@ def test_thinking_deltas_are_tokens_but_not_reply_text():
     # 3 thinking deltas + 2 text deltas; the signature delta is not a token.
     assert (tokens, text, done, error) == (5, "Yes, 42.", True, None)
     assert usage == Usage(40, 9, 0)
+    flags = [e.reasoning for e in replay("anthropic_messages_thinking.sse") if e is not None and e.tokens]
+    assert flags == [True] * 3 + [False] * 2
 
 
 def test_tool_use_argument_deltas_are_tokens():

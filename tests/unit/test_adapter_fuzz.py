@@ -56,12 +56,14 @@ def check_event(ev: object) -> None:
     assert type(ev.tokens) is int and ev.tokens >= 0
     assert type(ev.text) is str
     assert type(ev.done) is bool
+    assert type(ev.reasoning) is bool
     assert ev.error is None or type(ev.error) is str
     assert ev.error_code is None or type(ev.error_code) is int
     assert ev.server_timings is None or type(ev.server_timings) is dict
     if ev.usage is not None:
         assert type(ev.usage) is Usage
-        for n in (ev.usage.prompt_tokens, ev.usage.completion_tokens, ev.usage.cached_tokens):
+        u = ev.usage
+        for n in (u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.reasoning_tokens):
             assert n is None or (type(n) is int and n >= 0)
 
 

@@ -127,14 +127,46 @@ def test_vllm_continuous_usage_counts_multi_token_chunks():
 def test_vllm_reasoning_counts_as_tokens():
     events = replay(OpenAIChatAdapter(), "vllm_chat_reasoning.sse")
     assert [e.tokens for e in events if e.tokens] == [1] * 8
-    assert "".join(e.text for e in events) == "Okay, short answer. The quick brown"
+    # Reasoning chunks are flagged, and their text is not reply text (not sent back).
+    assert [e.reasoning for e in events if e.tokens] == [True] * 5 + [False] * 3
+    assert "".join(e.text for e in events) == " The quick brown"
     assert events[-2].usage == Usage(42, 8, None)  # prompt_tokens_details: null
+
+
+def test_vllm_reasoning_in_history_option_keeps_the_text():
+    events = replay(OpenAIChatAdapter(reasoning_in_history=True), "vllm_chat_reasoning.sse")
+    assert "".join(e.text for e in events) == "Okay, short answer. The quick brown"
+    assert [e.reasoning for e in events if e.tokens] == [True] * 5 + [False] * 3
 
 
 def test_newer_vllm_reasoning_field():
     line = b'data: {"choices":[{"index":0,"delta":{"reasoning":"Hmm"},"finish_reason":null}]}\n'
     ev = OpenAIChatAdapter().parse_line(line)
-    assert (ev.tokens, ev.text) == (1, "Hmm")
+    assert (ev.tokens, ev.text, ev.reasoning) == (1, "", True)
+
+
+def test_reasoning_and_content_in_one_chunk_is_an_answer_chunk():
+    line = b'data: {"choices":[{"index":0,"delta":{"reasoning":"Hm","content":"Hi"}}]}\n'
+    ev = OpenAIChatAdapter().parse_line(line)
+    assert (ev.tokens, ev.text, ev.reasoning) == (1, "Hi", False)
+    tool = b'data: {"choices":[{"index":0,"delta":{"reasoning":"Hm","tool_calls":[{"index":0}]}}]}\n'
+    assert OpenAIChatAdapter().parse_line(tool).reasoning is False
+
+
+def test_usage_reasoning_tokens_from_completion_tokens_details():
+    line = (
+        b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9,'
+        b'"completion_tokens_details":{"reasoning_tokens":6}}}\n'
+    )
+    assert OpenAIChatAdapter().parse_line(line).usage == Usage(5, 9, None, 6)
+
+
+def test_non_streaming_reply_drops_reasoning_text():
+    body = b'{"choices":[{"index":0,"message":{"reasoning_content":"Hm","content":"Hi"}}]}'
+    assert OpenAIChatAdapter().parse_response(body).text == "Hi"
+    assert OpenAIChatAdapter(reasoning_in_history=True).parse_response(body).text == "HmHi"
+    only = b'{"choices":[{"index":0,"message":{"reasoning_content":"Hm","content":null}}]}'
+    assert OpenAIChatAdapter().parse_response(only).tokens == 1
 
 
 def test_llama_server_chat_stream():

@@ -42,6 +42,7 @@ def test_options_are_passed_and_reported():
         "min_tokens": 4,
         "continuous_usage_stats": True,
         "temperature": None,
+        "reasoning_in_history": False,
     }
     assert get_adapter("llama-server", id_slot=1).options()["id_slot"] == 1
 

@@ -116,7 +116,7 @@ def test_text_stream():
     events = replay("responses_text.sse")
     tokens, text, usage, done, error = summary(events)
     assert (tokens, text, done, error) == (5, "The quick brown fox jumps.", True, None)
-    assert usage == Usage(prompt_tokens=36, completion_tokens=6, cached_tokens=24)
+    assert usage == Usage(prompt_tokens=36, completion_tokens=6, cached_tokens=24, reasoning_tokens=0)
     assert events[-1].done and events[-1].usage == usage
 
 
@@ -124,13 +124,16 @@ def test_reasoning_deltas_are_tokens_but_not_reply_text():
     tokens, text, usage, done, error = summary(replay("responses_reasoning.sse"))
     # 2 summary deltas + 2 reasoning-text deltas + 2 output-text deltas.
     assert (tokens, text, done, error) == (6, "Pick B.", True, None)
-    assert usage == Usage(80, 140, 0)  # output_tokens counts the reasoning tokens
+    assert usage == Usage(80, 140, 0, 128)  # output_tokens counts the reasoning tokens
+    events = replay("responses_reasoning.sse")
+    assert [e.reasoning for e in events if e is not None and e.tokens] == [True] * 4 + [False] * 2
 
 
 def test_function_call_argument_deltas_are_tokens():
     tokens, text, usage, done, error = summary(replay("responses_function_call.sse"))
     assert (tokens, text, done, error) == (4, "", True, None)
-    assert usage == Usage(291, 23, 0)
+    assert usage == Usage(291, 23, 0, 0)
+    assert not any(e.reasoning for e in replay("responses_function_call.sse") if e is not None)
 
 
 def test_failed_response_is_a_5xx_error():

@@ -27,7 +27,7 @@ def test_parse_both_kinds():
     [
         ("ttft", "is not an SLO; use metric_pNN=duration"),
         ("latency_p99=1s", "is not an SLO; use metric_pNN=duration"),
-        ("itl=50ms", "ttft|tpot|itl_max|e2e=duration"),
+        ("itl=50ms", "ttft|ttfot|tpot|itl_max|e2e=duration"),
         ("ttft_p99=fast", "'fast' is not a duration; use e.g. 500ms"),
         ("ttft_p101=1s", "percentile must be in (0, 100]"),
         ("ttft_p0=1s", "percentile must be in (0, 100]"),
