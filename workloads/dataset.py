@@ -18,16 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
+from workloads.blocks import BlockTexts
 from workloads.model import Session, Turn
 from workloads.text import BUILTIN, TextTokenizer
 from workloads.workload import Workload, check_seed_index, session_rng
-
-_BLOCK_CACHE = 4096  # blocks kept as word lists; a trace reuses recent blocks most
 
 
 class DatasetWorkload(Workload):
@@ -58,7 +56,7 @@ class DatasetWorkload(Workload):
         self.stats = dict(stats or {})
         self.tokenizer = tokenizer
         self._tenants = tuple(dict.fromkeys(r["tenant"] for r in records))
-        self._blocks: OrderedDict[tuple[int, int], list[str]] = OrderedDict()
+        self._blocks = BlockTexts()
 
     @property
     def num_sessions(self) -> int:
@@ -102,23 +100,23 @@ class DatasetWorkload(Workload):
             return turn["content"]
         if "tokens" in turn:
             return self.tokenizer.text(turn["tokens"], rng)
-        words: list[str] = []
-        for block_id, n in turn["blocks"]:
-            words.extend(self._block_words(seed, block_id)[:n])
-        return " ".join(words)
+        return self._blocks.text(seed, turn["blocks"], self.block_size or 1, self.tokenizer)
 
-    def _block_words(self, seed: int, block_id: int) -> list[str]:
-        key = (seed, block_id)
-        words = self._blocks.get(key)
-        if words is None:
-            size = self.block_size or 1
-            words = random.Random(f"{seed}:block:{block_id}").choices(self.tokenizer.words, k=size)
-            self._blocks[key] = words
-            if len(self._blocks) > _BLOCK_CACHE:
-                self._blocks.popitem(last=False)
-        else:
-            self._blocks.move_to_end(key)
-        return words
+    def turn_hash_ids(self, index: int) -> list[dict[str, Any] | None] | None:
+        """Per turn of session ``index``: ``{"hash_ids", "block_size", "tokens"}`` for a turn built from blocks."""
+        turns = self._records[index]["turns"]
+        if not any("blocks" in t for t in turns):
+            return None
+        return [
+            {
+                "hash_ids": [b for b, _ in t["blocks"]],
+                "block_size": self.block_size or 1,
+                "tokens": sum(n for _, n in t["blocks"]),
+            }
+            if "blocks" in t
+            else None
+            for t in turns
+        ]
 
     def fingerprint(self) -> str:
         """sha256 over the reader, its options, the tokenizer and the parsed records (not the bytes)."""

@@ -1,7 +1,8 @@
 """Dataset and trace readers, found by name through the ``loadgen.workloads`` entry-point group.
 
-Built-in readers are declared in ``pyproject.toml`` (``sessions``, ``sharegpt``, ``mooncake``,
-``azure``); a third-party package adds its own format with::
+Built-in readers (``sessions``, ``sharegpt``, ``mooncake``, ``azure``, ``burstgpt``, ``bailian``)
+are listed in ``BUILTIN_READERS`` (and declared in ``pyproject.toml``), so they are found even by an
+install whose metadata predates them; a third-party package adds its own format with::
 
     [project.entry-points."loadgen.workloads"]
     my-format = "my_package.reader:MyReader"      # a WorkloadReader subclass
@@ -42,8 +43,22 @@ ENTRY_POINT_GROUP = "loadgen.workloads"
 DEFAULT_FOR_SUFFIX = {".jsonl": "sessions", ".json": "sharegpt", ".csv": "azure"}
 
 
+BUILTIN_READERS = {
+    "sessions": "workloads.readers.sessions:SessionsReader",
+    "sharegpt": "workloads.readers.sharegpt:ShareGPTReader",
+    "mooncake": "workloads.readers.mooncake:MooncakeReader",
+    "azure": "workloads.readers.azure:AzureReader",
+    "burstgpt": "workloads.readers.burstgpt:BurstGPTReader",
+    "bailian": "workloads.readers.bailian:BailianReader",
+}
+
+
 def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    eps = {name: EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in BUILTIN_READERS.items()}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in BUILTIN_READERS:  # a plug-in adds formats; the built-in names stay built in
+            eps[ep.name] = ep
+    return eps
 
 
 def available_readers() -> list[str]:

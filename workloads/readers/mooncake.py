@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from workloads.blocks import blocks_needed, split_blocks
 from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.readers.base import WorkloadReader, iter_json_lines, open_text, option_int, short, whole_number
@@ -31,6 +32,8 @@ from workloads.text import BUILTIN, TextTokenizer
 
 DEFAULT_BLOCK_SIZE = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+# Keys that make a line another format's: Qwen-Bailian's chat links, a session file's turns.
+NOT_MOONCAKE = ("chat_id", "parent_chat_id", "turns")
 
 
 class MooncakeReader(WorkloadReader):
@@ -44,7 +47,12 @@ class MooncakeReader(WorkloadReader):
 
     @classmethod
     def sniff(cls, path: Path, first: Any) -> bool:
-        return isinstance(first, dict) and "hash_ids" in first and "input_length" in first
+        if not isinstance(first, dict) or any(k in first for k in NOT_MOONCAKE):
+            return False
+        if "hash_ids" in first and "input_length" in first:
+            return True
+        # AIPerf's rows without hash_ids
+        return "output_length" in first and ("input_length" in first or "text_input" in first)
 
     def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
         where = str(path)
@@ -54,9 +62,20 @@ class MooncakeReader(WorkloadReader):
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
         text = open_text(path, "Mooncake trace")
         rows: list[tuple[float, dict[str, Any], int]] = []
+        timed: int | None = None  # the first line's: with or without a timestamp
         for lineno, obj in iter_json_lines(path, text):
-            t_s, rec = _row(obj, f"{where} line {lineno}", block_size)
-            rows.append((t_s, rec, lineno))
+            at = f"{where} line {lineno}"
+            t_s, rec = _row(obj, at, block_size)
+            has_ts = t_s is not None
+            if timed is None:
+                timed = lineno if has_ts else -lineno
+            elif (timed > 0) != has_ts:
+                first_line = abs(timed)
+                raise WorkloadError(
+                    f"{at}: timestamp: {'given' if has_ts else 'missing'} but line {first_line} has "
+                    f"{'one' if timed > 0 else 'none'}; give timestamp on every line or on none"
+                )
+            rows.append((t_s or 0.0, rec, lineno))
         if not rows:
             raise WorkloadError(f"{where}: holds no requests; give one JSON object per line")
         rows.sort(key=lambda r: r[0])  # stable: ties keep file order
@@ -69,7 +88,11 @@ class MooncakeReader(WorkloadReader):
             rec["tenant"] = tenant
             records.append(rec)
             # Prefix reuse as a prefix cache sees it: leading blocks already sent by an earlier request.
-            blocks = rec["turns"][0]["blocks"]
+            blocks = rec["turns"][0].get("blocks")
+            if blocks is None:
+                t = rec["turns"][0]
+                total_tokens += t["tokens"] if "tokens" in t else tokenizer.count(t["content"])
+                continue
             n_in = sum(n for _, n in blocks)
             total_tokens += n_in
             for block_id, n in blocks:
@@ -77,7 +100,7 @@ class MooncakeReader(WorkloadReader):
                     break
                 reused_tokens += n
             seen.update(b for b, _ in blocks)
-        offsets = np.array([r[0] - t0 for r in rows], dtype=np.float64)
+        offsets = np.array([r[0] - t0 for r in rows], dtype=np.float64) if timed and timed > 0 else None
         stats = {
             "block_size": block_size,
             "unique_blocks": len(seen),
@@ -96,28 +119,42 @@ class MooncakeReader(WorkloadReader):
         )
 
 
-def _row(obj: Any, at: str, block_size: int) -> tuple[float, dict[str, Any]]:
+def _row(obj: Any, at: str, block_size: int) -> tuple[float | None, dict[str, Any]]:
     if not isinstance(obj, dict):
         raise WorkloadError(f"{at}: {short(obj)} is not a JSON object; give {{{', '.join(FIELDS)}}}")
-    for key in FIELDS:
-        if key not in obj:
-            raise WorkloadError(f"{at}: {key}: missing; every request needs {', '.join(FIELDS)}")
-    ts = obj["timestamp"]
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
-        raise WorkloadError(f"{at}: timestamp: {short(ts)} is not allowed; give a number of milliseconds")
-    n_in = whole_number(obj["input_length"], where=f"{at}: input_length", at_least=1)
+    if "output_length" not in obj:
+        raise WorkloadError(f"{at}: output_length: missing; every request needs output_length (tokens generated)")
+    t_s: float | None = None
+    if "timestamp" in obj:
+        ts = obj["timestamp"]
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+            raise WorkloadError(f"{at}: timestamp: {short(ts)} is not allowed; give a number of milliseconds")
+        t_s = float(ts) / 1000.0
     n_out = whole_number(obj["output_length"], where=f"{at}: output_length", at_least=0)
+    if "text_input" in obj:
+        prompt = obj["text_input"]
+        if not isinstance(prompt, str) or not prompt:
+            raise WorkloadError(f"{at}: text_input: {short(prompt)} is not allowed; give the prompt as a non-empty string")
+        return t_s, {"turns": [{"content": prompt, "max_tokens": max(1, n_out), "role": "user"}]}
+    if "input_length" not in obj:
+        raise WorkloadError(f"{at}: input_length: missing; give input_length or text_input")
+    n_in = whole_number(obj["input_length"], where=f"{at}: input_length", at_least=1)
+    if "hash_ids" not in obj:
+        return t_s, {"turns": [{"tokens": n_in, "max_tokens": max(1, n_out), "role": "user"}]}
     hash_ids = obj["hash_ids"]
     if not isinstance(hash_ids, list) or not hash_ids:
         raise WorkloadError(f"{at}: hash_ids: {short(hash_ids)} is not allowed; give a non-empty list of integers")
     ids = [whole_number(h, where=f"{at}: hash_ids", at_least=0) for h in hash_ids]
-    want = -(-n_in // block_size)
+    check_hash_ids(ids, n_in, block_size, at=at)
+    turn = {"blocks": split_blocks(ids, n_in, block_size), "max_tokens": max(1, n_out), "role": "user"}
+    return t_s, {"turns": [turn]}
+
+
+def check_hash_ids(ids: list[int], n_in: int, block_size: int, *, at: str) -> None:
+    """One id per block of ``block_size`` tokens (the last may be partial), or a one-line error."""
+    want = blocks_needed(n_in, block_size)
     if len(ids) != want:
         raise WorkloadError(
             f"{at}: hash_ids: {len(ids)} blocks but input_length {n_in} needs {want} of {block_size} tokens; "
             "check the block_size workload option"
         )
-    blocks = [[b, block_size] for b in ids]
-    blocks[-1][1] = n_in - block_size * (len(ids) - 1)
-    turn = {"blocks": blocks, "max_tokens": max(1, n_out), "role": "user"}
-    return float(ts) / 1000.0, {"turns": [turn]}
