@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from analysis.units import parse_duration_s
+from workloads.blocks import BlockTexts, blocks_needed, split_blocks
 from workloads.compressed import read_bytes
 from workloads.dag import plan_turns
 from workloads.errors import WorkloadError
@@ -42,7 +43,10 @@ from workloads.tokenizer import count_tokens
 from workloads.workload import Workload, check_seed_index, session_rng, system_prompt_text
 
 SESSION_KEYS = ("id", "tenant", "system_prompt", "system_prompt_tokens", "turns", "arrival_s")
-TURN_KEYS = ("content", "tokens", "max_tokens", "think_time", "role", "cold", "id", "kind", "parents", "tool_call")
+TURN_KEYS = (
+    "content", "tokens", "max_tokens", "think_time", "role", "cold", "id", "kind", "parents", "tool_call",
+    "hash_ids", "block_size",
+)  # fmt: skip
 ROLES = ("user", "tool")
 
 
@@ -69,6 +73,7 @@ class SessionFileWorkload(Workload):
         self.name = name
         self.source = source
         self._tenants = tuple(dict.fromkeys(r["tenant"] for r in records))
+        self._blocks = BlockTexts()
 
     @property
     def num_sessions(self) -> int:
@@ -91,7 +96,7 @@ class SessionFileWorkload(Workload):
         r_text = session_rng(seed, index, "text")
         turns = tuple(
             Turn(
-                content=t["content"] if "content" in t else self.tokenizer.text(t["tokens"], r_text),
+                content=self._text(seed, t, r_text),
                 max_tokens=t["max_tokens"],
                 think_time_s=t["think_time"],
                 role=t["role"],
@@ -108,6 +113,24 @@ class SessionFileWorkload(Workload):
             index=index,
             meta={"workload": self.name},
         )
+
+    def _text(self, seed: int, t: dict[str, Any], r_text: Any) -> str:
+        if "content" in t:
+            return t["content"]
+        if "hash_ids" in t:
+            # Blocks by id, as the trace's reader builds them: shared ids, shared prefixes.
+            blocks = split_blocks(t["hash_ids"], t["tokens"], t["block_size"])
+            return self._blocks.text(seed, blocks, t["block_size"], self.tokenizer)
+        return self.tokenizer.text(t["tokens"], r_text)
+
+    def turn_hash_ids(self, index: int) -> list[dict[str, Any] | None] | None:
+        turns = self._records[index]["turns"]
+        if not any("hash_ids" in t for t in turns):
+            return None
+        return [
+            {"hash_ids": t["hash_ids"], "block_size": t["block_size"], "tokens": t["tokens"]} if "hash_ids" in t else None
+            for t in turns
+        ]
 
     def fingerprint(self) -> str:
         """sha256 over the parsed sessions (not the bytes: key order and spacing do not count)."""
@@ -245,6 +268,8 @@ def _parse_turn(obj: Any, i: int, *, where: str) -> dict[str, Any]:
             raise WorkloadError(f"{where}: {at}.content: {_short(obj['content'])} is not text; use a string")
     else:
         text = {"tokens": _count(obj["tokens"], where=f"{where}: {at}.tokens", at_least=1)}
+    if "hash_ids" in obj or "block_size" in obj:
+        text.update(_parse_hash_ids(obj, text.get("tokens"), where=f"{where}: {at}"))
     if "max_tokens" not in obj:
         raise WorkloadError(
             f"{where}: {at}.max_tokens: missing; every turn needs max_tokens (an integer >= 1)"
@@ -286,6 +311,29 @@ def _parse_turn(obj: Any, i: int, *, where: str) -> dict[str, Any]:
     return out
 
 
+def _parse_hash_ids(obj: dict[str, Any], tokens: int | None, *, where: str) -> dict[str, Any]:
+    """A turn's optional prefix blocks: ``hash_ids`` (one id per ``block_size`` tokens of ``tokens``)."""
+    if "hash_ids" not in obj:
+        raise WorkloadError(f"{where}.hash_ids: missing; block_size goes with hash_ids (one id per block)")
+    if tokens is None:
+        raise WorkloadError(f"{where}.hash_ids: given with content; hash_ids build the text of tokens, give tokens instead")
+    if "block_size" not in obj:
+        raise WorkloadError(f"{where}.block_size: missing; hash_ids need block_size (tokens per id)")
+    block_size = _count(obj["block_size"], where=f"{where}.block_size", at_least=1)
+    ids = obj["hash_ids"]
+    if not isinstance(ids, list) or not ids:
+        raise WorkloadError(f"{where}.hash_ids: {_short(ids)} is not allowed; use a non-empty list of integers >= 0")
+    for h in ids:
+        _count(h, where=f"{where}.hash_ids", at_least=0)
+    want = blocks_needed(tokens, block_size)
+    if len(ids) != want:
+        raise WorkloadError(
+            f"{where}.hash_ids: {len(ids)} blocks but tokens {tokens} needs {want} of {block_size}; "
+            "give one id per block (the last may be partial)"
+        )
+    return {"hash_ids": list(ids), "block_size": block_size}
+
+
 def _count(value: Any, *, where: str, at_least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < at_least:
         raise WorkloadError(f"{where}: {_short(value)} is not allowed; use an integer >= {at_least}")
@@ -298,8 +346,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def session_record(session: Session, *, include_text: bool = True) -> dict[str, Any]:
-    """The JSONL object of one session. Without text, counts replace texts (``tokens``)."""
+def session_record(
+    session: Session, *, include_text: bool = True, hash_ids: list[dict[str, Any] | None] | None = None
+) -> dict[str, Any]:
+    """The JSONL object of one session. Without text, counts replace texts (``tokens``), and a turn
+    built from a trace's prefix blocks (``hash_ids[i]``: ``{"hash_ids", "block_size", "tokens"}``)
+    keeps its block ids, so the replay rebuilds the same shared prefixes."""
     rec: dict[str, Any] = {"id": session.session_id, "tenant": session.tenant}
     if include_text:
         if session.system_prompt:
@@ -312,7 +364,13 @@ def session_record(session: Session, *, include_text: bool = True) -> dict[str, 
     plan = plan_turns(session.turns, where=f"session {session.session_id}")
     dag = plan.is_dag() or any(t.tool_call is not None for t in session.turns)
     for i, t in enumerate(session.turns):
-        out: dict[str, Any] = {"content": t.content} if include_text else {"tokens": count_tokens(t.content)}
+        blocks = None if include_text or hash_ids is None else hash_ids[i]
+        if blocks is not None:
+            out: dict[str, Any] = {
+                "tokens": blocks["tokens"], "hash_ids": list(blocks["hash_ids"]), "block_size": blocks["block_size"]
+            }  # fmt: skip
+        else:
+            out = {"content": t.content} if include_text else {"tokens": count_tokens(t.content)}
         out["max_tokens"] = t.max_tokens
         if i > 0:
             out["think_time"] = t.think_time_s
@@ -338,7 +396,9 @@ def write_sessions_jsonl(
 
     Replaying the file (``load_sessions_jsonl``) gives the same sessions. With ``include_text=False``
     only token counts are written; replayed with the same seed, a synthetic spec's export still gives
-    identical sessions (same text streams), and it is far smaller.
+    identical sessions (same text streams), and it is far smaller. A trace's turns built from prefix
+    blocks (Mooncake's and Qwen-Bailian's ``hash_ids``) keep their ids and ``block_size``, so the
+    replay shares the same prefixes as the trace.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise WorkloadError(f"export: n {n!r} is not allowed; use an integer >= 1")
@@ -352,7 +412,8 @@ def write_sessions_jsonl(
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for k, session in enumerate(workload.sessions(seed, n)):
-                rec = session_record(session, include_text=include_text)
+                blocks = None if include_text else getattr(workload, "turn_hash_ids", lambda _k: None)(k)
+                rec = session_record(session, include_text=include_text, hash_ids=blocks)
                 if offsets is not None:
                     rec["arrival_s"] = round(float(offsets[k]), 6)
                 f.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))

@@ -71,6 +71,15 @@ class Workload(ABC):
         """
         return None
 
+    def turn_hash_ids(self, index: int) -> list[dict[str, Any] | None] | None:
+        """Per turn of session ``index``, the prefix blocks its text is built from, if any:
+        ``{"hash_ids": [...], "block_size": B, "tokens": N}`` (a trace's shared blocks), else None.
+
+        A counts-only export writes them, so its replay rebuilds the same shared prefixes. None
+        (the default) when no turn is built from blocks.
+        """
+        return None
+
     def sessions(self, seed: int, n: int, start: int = 0) -> Iterator[Session]:
         """Sessions ``start .. start+n-1``."""
         for index in range(start, start + n):

@@ -149,7 +149,7 @@ def test_fingerprint_is_content_not_formatting(tmp_path):
         ),
         (
             {"id": "b", "turns": [{"content": "x", "max_tokens": 3, "rol": "user"}]},
-            "line 2: turns[0].rol: unknown key; use one of content, tokens, max_tokens, think_time, role, cold, id, kind, parents, tool_call",
+            "line 2: turns[0].rol: unknown key; use one of content, tokens, max_tokens, think_time, role, cold, id, kind, parents, tool_call, hash_ids, block_size",
         ),
         (
             {"id": "b", "turns": [{"content": "x", "max_tokens": 3, "role": "assistant"}]},
