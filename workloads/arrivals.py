@@ -108,7 +108,8 @@ def trace(
     * plain text: one number of seconds per line (blank lines and ``#`` comments skipped);
     * ``.csv`` with a ``timestamp`` column (any case, as Azure's ``TIMESTAMP``): ISO datetimes
       (``2023-11-16 18:15:46.6805900``) or numbers of seconds;
-    * ``.jsonl``: objects with a ``timestamp`` field in milliseconds (Mooncake traces).
+    * ``.jsonl``: objects with a ``timestamp`` field in milliseconds (Mooncake traces), or in
+      seconds when the first object has ``chat_id``/``parent_chat_id`` (Qwen-Bailian traces).
 
     ``time_scale`` 0.5 replays twice as fast. ``n`` takes the first n arrivals (an error if the trace
     holds fewer), ``duration_s`` those before that offset; neither takes the whole trace.
@@ -335,6 +336,7 @@ def _plain_timestamps(path: Path, lines: list[str]) -> list[float]:
 
 def _jsonl_timestamps(path: Path, lines: list[str]) -> list[float]:
     out: list[float] = []
+    unit, per_s = "milliseconds", 1000.0  # Mooncake; a Qwen-Bailian trace (chat_id keys) is in seconds
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -345,11 +347,13 @@ def _jsonl_timestamps(path: Path, lines: list[str]) -> list[float]:
                 f"{path} line {lineno}: not valid JSON ({e.msg}); give one object per line"
             ) from None
         ts = obj.get("timestamp") if isinstance(obj, dict) else None
+        if not out and isinstance(obj, dict) and ("chat_id" in obj or "parent_chat_id" in obj):
+            unit, per_s = "seconds", 1.0
         if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
             raise WorkloadError(
-                f"{path} line {lineno}: timestamp: {ts!r} is not allowed; give a number of milliseconds"
+                f"{path} line {lineno}: timestamp: {ts!r} is not allowed; give a number of {unit}"
             )
-        out.append(ts / 1000.0)
+        out.append(ts / per_s)
     return out
 
 

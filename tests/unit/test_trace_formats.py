@@ -255,3 +255,12 @@ def test_format_names_mean_the_same_in_run_inspect_and_export(tmp_path):
         assert len(out.read_text().splitlines()) == n
     r = runner.invoke(main, ["workload", "inspect", str(BURSTGPT), "--workload-options", "model=ChatGPT"])
     assert r.exit_code == 0 and "left out" in r.output and "by model" in r.output
+
+
+def test_a_bailian_file_as_an_arrival_trace_is_in_seconds():
+    from workloads.arrivals import trace
+
+    offsets = trace(BAILIAN)
+    stamps = sorted(json.loads(x)["timestamp"] for x in BAILIAN.read_text().splitlines())
+    assert np.allclose(offsets, np.array(stamps) - stamps[0])  # 61 s stays 61 s, not 61 ms
+    assert np.allclose(trace(MOONCAKE)[:2], [0, (6420 - 458) / 1000])
