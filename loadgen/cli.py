@@ -343,7 +343,7 @@ def workload() -> None:
 def _workload_file_options(f: Callable) -> Callable:
     """The options ``workload inspect`` and ``workload export`` share with ``run``."""
     opts = [
-        click.option("--workload-format", "--format", "fmt", default=None, help="Data file format: sessions, sharegpt, mooncake, azure (default: detected); --format is the same."),
+        click.option("--workload-format", "--format", "fmt", default=None, help="Data file format: sessions, sharegpt, mooncake, azure, burstgpt, bailian (default: detected); --format is the same."),
         click.option("--workload-options", default=None, help="Reader options, e.g. min_turns=2 or block_size=512."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--tokenizer", default=None, help="Count and build texts with this tokenizer (tokenizer.json, directory, cached ORG/NAME)."),

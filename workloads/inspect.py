@@ -150,6 +150,16 @@ def format_inspection(fig: dict[str, Any]) -> str:
         lines.append(f"{'':<20}{reader['trailing_user_turns_left_out']} last questions without a reply")
     if reader.get("empty_replies_left_out"):
         lines.append(f"{'':<20}{reader['empty_replies_left_out']} questions whose reply has no text (left out with it)")
+    if reader.get("zero_request_rows"):
+        lines.append(f"{'':<20}{reader['zero_request_rows']} requests with 0 prompt tokens (sent as 1 token)")
+    chained = [
+        (reader.get("orphan_chats"), "chats whose parent is not in the file (started sessions of their own)"),
+        (reader.get("branch_chats"), "second children of a chat (started sessions of their own)"),
+        (reader.get("context_not_grown"), "follow-ups whose context did not grow (sent a 1-token message)"),
+    ]
+    for count, what in chained:
+        if count:
+            lines.append(f"{'':<20}{count} {what}")
     if reader.get("non_text_parts_skipped"):
         lines.append(f"{'':<20}{reader['non_text_parts_skipped']} non-text content parts (images, audio) not sent")
     lines.append(f"{'tokenizer':<20}{fig['tokenizer']['name']} ({fig['tokenizer']['kind']})")

@@ -42,7 +42,8 @@ def load_workload(
     """A shipped spec by name (``agentic-coding``), a ``.yaml``/``.yml`` spec, or a data file.
 
     Data files: a session file (``.jsonl``), a ShareGPT-style dataset (``.json``/``.jsonl``), a
-    Mooncake trace (``.jsonl``) or an Azure trace (``.csv``), or any format named by ``fmt``.
+    Mooncake or Qwen-Bailian trace (``.jsonl``), an Azure or BurstGPT trace (``.csv``), or any
+    format named by ``fmt``.
     Raises :class:`WorkloadError` (one line) for an unknown name, an unreadable file or invalid content.
     """
     text = str(name_or_path)
@@ -63,5 +64,5 @@ def load_workload(
     shipped = ", ".join(shipped_workloads())
     raise WorkloadError(
         f"unknown workload {text!r}; use one of {shipped}, a .yaml/.yml spec, or a data file "
-        "(.jsonl session file, ShareGPT .json/.jsonl, Mooncake .jsonl, Azure .csv)"
+        "(.jsonl session file, ShareGPT .json/.jsonl, Mooncake or Qwen-Bailian .jsonl, Azure or BurstGPT .csv)"
     )

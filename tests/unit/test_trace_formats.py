@@ -115,6 +115,7 @@ def test_bailian_timestamps_are_seconds_and_parent_chat_ids_chain_turns():
     assert [count_tokens(t.content) for t in s3.turns] == [52]
     assert wl.stats["orphan_chats"] == 1 and wl.stats["branch_chats"] == 1
     assert wl.stats["context_not_grown"] == 1
+    assert 0.3 < wl.stats["prefix_reuse"] < 0.5 and wl.stats["unique_blocks"] == 9
     # First turns share blocks by hash id (16 tokens each): 159 and 171 share [1, 2].
     w0, w1, w3 = (x.turns[0].content.split(" ") for x in (s0, s1, s3))
     assert w0[:32] == w1[:32] == w3[:32] and w0[32:] != w1[32:]

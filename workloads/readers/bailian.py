@@ -125,10 +125,25 @@ class BailianReader(WorkloadReader):
                     }
                 )
             records.append({"id": f"{path.stem}-c{root['chat_id']}", "tenant": tenant, "turns": turns})
+        # Prefix reuse of first turns as a prefix cache sees it: leading blocks an earlier one sent.
+        seen: set[int] = set()
+        reused = total = 0
+        for rec in records:
+            blocks = rec["turns"][0].get("blocks")
+            if blocks is None:
+                continue
+            total += sum(n for _, n in blocks)
+            for block_id, n in blocks:
+                if block_id not in seen:
+                    break
+                reused += n
+            seen.update(b for b, _ in blocks)
         t0 = sessions[0][0]["t"]
         offsets = np.array([c[0]["t"] - t0 for c in sessions], dtype=np.float64)
         stats = {
             "block_size": block_size,
+            "unique_blocks": len(seen),
+            "prefix_reuse": reused / total if total else 0.0,
             "requests": len(rows),
             "orphan_chats": orphans,
             "branch_chats": branches,
