@@ -8,6 +8,7 @@ launcher can read the port when it asked for port 0. SIGTERM or SIGINT stop it c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import signal
 import sys
@@ -80,6 +81,8 @@ def _known_profile(_ctx: click.Context, param: click.Parameter, value: str) -> P
 @click.option("--answers", "answers_file", type=click.Path(dir_okay=False), default=None,
               help="JSONL of {prompt, answer} (a quality eval file): reply to a known prompt with its answer.")
 @click.option("--wrong-answers", is_flag=True, help="Reply to every known prompt of --answers wrongly.")
+@click.option("--reasoning-tokens", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Open every chat reply with N reasoning tokens (reasoning_content deltas); default: the profile's.")
 @click.option("--measure-cold-start", "measure_launches", type=click.IntRange(min=1), default=None, metavar="N",
               help="Launch a sim N times (launch -> listening -> healthy -> first token), print p50/max, exit.")
 def sim_command(
@@ -99,8 +102,11 @@ def sim_command(
     truth_log: str | None,
     answers_file: str | None,
     wrong_answers: bool,
+    reasoning_tokens: int | None,
     measure_launches: int | None,
 ) -> None:
+    if reasoning_tokens is not None:
+        profile_name = dataclasses.replace(profile_name, reasoning_tokens=reasoning_tokens)
     if wrong_answers and not answers_file:
         raise click.UsageError("--wrong-answers needs --answers FILE")
     if measure_launches:

@@ -55,6 +55,9 @@ class Profile:
     max_waiting: int
     max_model_len: int
     default_max_tokens: int
+    # reasoning (optional in a profile file): each chat reply opens with this many reasoning
+    # tokens (``reasoning_content`` deltas; at most max_tokens - 1, so an answer always follows)
+    reasoning_tokens: int = 0
 
     @property
     def num_blocks(self) -> int:
@@ -94,8 +97,10 @@ _NUMERIC_RULES: dict[str, tuple[float, float]] = {
     "max_waiting": (1.0, math.inf),
     "max_model_len": (2.0, math.inf),
     "default_max_tokens": (1.0, math.inf),
+    "reasoning_tokens": (0.0, math.inf),
 }
 _INT_FIELDS = {f.name for f in fields(Profile) if f.type == "int"}
+_OPTIONAL_FIELDS = {"reasoning_tokens": 0}
 
 
 def profile_names() -> list[str]:
@@ -142,6 +147,7 @@ def profile_from_dict(data: dict, source: str = "profile") -> Profile:
     """Build and validate a ``Profile``; keys starting with ``_`` (notes, sources) are ignored."""
     known = {f.name for f in fields(Profile)}
     values = {k: v for k, v in data.items() if not k.startswith("_")}
+    values = {**_OPTIONAL_FIELDS, **values}
     missing = sorted(known - values.keys())
     if missing:
         raise ProfileError(f"{source}: missing field(s) {', '.join(missing)}")

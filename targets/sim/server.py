@@ -40,7 +40,15 @@ from targets.sim.truth import (
     TruthRecord,
     TruthStore,
 )
-from targets.sim.wire import CHAT, COMPLETIONS, DONE, StreamTemplate, error_body, full_response
+from targets.sim.wire import (
+    CHAT,
+    COMPLETIONS,
+    DONE,
+    REASONING_WORD,
+    StreamTemplate,
+    error_body,
+    full_response,
+)
 from targets.sim.wire_events import MESSAGES, RESPONSES, MessagesTemplate, ResponsesTemplate
 from targets.sim.wire_events import error_body as event_api_error_body
 
@@ -255,6 +263,8 @@ class SimServer:
         except BadRequest as e:
             return self._refuse(rec, 400, str(e), "BadRequestError", OUTCOME_BAD_REQUEST)
         rec.stream = req.stream
+        if self.profile.reasoning_tokens:
+            rec.prompt_reasoning_words = raw.count(REASONING_WORD)
         rec.prompt_tokens = len(req.prompt_ids)
         rec.max_tokens = req.max_tokens
 
@@ -324,6 +334,11 @@ class SimServer:
         if pieces is not None:  # a known question: its answer's words instead of filler words
             words, token = pieces, tpl.text_token
             finish = "stop" if n == len(pieces) else "length"
+        # Reasoning first (chat, filler replies): tokens [0, r) are reasoning deltas, the answer
+        # is the words from r on.
+        r = _reasoning(self.profile, endpoint, n, pieces)
+        rec.reasoning_tokens = r
+        reasoning_chunk = tpl.reasoning_chunk if r else b""
         times = rec.t_chunks_ns
         fault = rec.fault if rec.fault in F.MID_STREAM else None
         fault_at = F.fault_token_index(n) if fault else -1
@@ -359,6 +374,8 @@ class SimServer:
             if events and sent == 0:
                 parts = [tpl.opening(rec.prompt_tokens, seq.cached_tokens)]
                 parts.extend(token(words[i]) for i in range(sent, avail))
+            elif sent < r:
+                parts = [reasoning_chunk if i < r else token(words[i]) for i in range(sent, avail)]
             else:
                 parts = [token(words[i]) for i in range(sent, avail)]
             if sent == 0 and endpoint == CHAT:
@@ -369,11 +386,13 @@ class SimServer:
             elif last:
                 parts.append(tpl.finish(finish))
                 if include_usage:
-                    parts.append(tpl.usage(rec.prompt_tokens, n, seq.cached_tokens))
+                    parts.append(tpl.usage(rec.prompt_tokens, n, seq.cached_tokens, r))
                 parts.append(DONE)
             t = perf_ns()
             if sent == 0:
                 rec.t_first_token_ns = t
+            if sent <= r < avail:
+                rec.t_first_output_ns = t
             times.extend([t] * (avail - sent))
             if last:  # the record is complete before the client can read [DONE] and ask for it
                 rec.t_end_ns = t
@@ -424,7 +443,8 @@ class SimServer:
         if rec.fault == F.MALFORMED:
             body = b'{"id":"' + completion_id.encode() + b'","choices":[{"index":0,"message":'
         else:
-            text = "".join(pieces[:n]) if pieces is not None else "".join(" " + WORDS[w] for w in seq.words)
+            r = rec.reasoning_tokens = _reasoning(self.profile, endpoint, n, pieces)
+            text = "".join(pieces[:n]) if pieces is not None else "".join(" " + WORDS[w] for w in seq.words[r:])
             if endpoint in (MESSAGES, RESPONSES):
                 finish = "stop" if pieces is not None and n == len(pieces) else "length"
                 body = self._event_template(endpoint, completion_id).full(
@@ -432,8 +452,9 @@ class SimServer:
                 )
             else:
                 body = full_response(
-                    endpoint, completion_id, self.created, self.model_name, text, rec.prompt_tokens, n, seq.cached_tokens
-                )
+                    endpoint, completion_id, self.created, self.model_name, text, rec.prompt_tokens, n,
+                    seq.cached_tokens, r,
+                )  # fmt: skip
         rec.status = 200
         rec.completion_tokens = n
         rec.t_end_ns = time.perf_counter_ns()
@@ -527,6 +548,14 @@ class SimServer:
                 content_type="application/json",
             )
         return web.Response(body=rec.to_json(), content_type="application/json")
+
+
+def _reasoning(profile: Profile, endpoint: str, n: int, pieces: list[str] | None) -> int:
+    """Reasoning tokens that open a reply of ``n`` tokens: the profile's, on chat replies of
+    filler words (a known question's answer has none), leaving at least one answer token."""
+    if not profile.reasoning_tokens or endpoint != CHAT or pieces is not None:
+        return 0
+    return min(profile.reasoning_tokens, n - 1)
 
 
 def _json(obj: object) -> web.Response:

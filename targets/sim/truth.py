@@ -53,6 +53,12 @@ class TruthRecord:
     v_arrival_s: float | None = None  # virtual clock of the engine
     v_first_token_s: float | None = None
     v_end_s: float | None = None
+    # Reasoning (profile reasoning_tokens): the tokens streamed as reasoning before the answer,
+    # the write of the first answer token chunk (t_first_token_ns when there is no reasoning), and
+    # how many times the sim's reasoning word appears in the request (reasoning sent back).
+    reasoning_tokens: int = 0
+    t_first_output_ns: int | None = None
+    prompt_reasoning_words: int = 0
 
     def to_json(self) -> bytes:
         return orjson.dumps(self, default=_default)

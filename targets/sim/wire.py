@@ -16,6 +16,9 @@ CHAT = "chat"
 COMPLETIONS = "completions"
 
 WORD_BYTES: tuple[bytes, ...] = tuple((" " + w).encode() for w in WORDS)
+# What every reasoning token says: a word outside the vocabulary (one token to the shared
+# tokenizer), so a prompt that holds it holds reasoning sent back.
+REASONING_WORD = b"ponder"
 DONE = b"data: [DONE]\n\n"
 
 _CHAT_TOKEN_SUFFIX = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
@@ -25,7 +28,7 @@ _TEXT_TOKEN_SUFFIX = b'","logprobs":null,"finish_reason":null}]}\n\n'
 class StreamTemplate:
     """Pre-encoded pieces of one request's SSE stream."""
 
-    __slots__ = ("_head", "endpoint", "token_prefix", "token_suffix")
+    __slots__ = ("_head", "endpoint", "reasoning_chunk", "token_prefix", "token_suffix")
 
     def __init__(self, endpoint: str, completion_id: str, created: int, model: str) -> None:
         self.endpoint = endpoint
@@ -43,9 +46,13 @@ class StreamTemplate:
         if endpoint == CHAT:
             self.token_prefix = self._head + b',"choices":[{"index":0,"delta":{"content":"'
             self.token_suffix = _CHAT_TOKEN_SUFFIX
+            self.reasoning_chunk = (
+                self._head + b',"choices":[{"index":0,"delta":{"reasoning_content":" ' + REASONING_WORD + _CHAT_TOKEN_SUFFIX
+            )
         else:
             self.token_prefix = self._head + b',"choices":[{"index":0,"text":"'
             self.token_suffix = _TEXT_TOKEN_SUFFIX
+            self.reasoning_chunk = b""  # completions have no reasoning field
 
     def token(self, word: int) -> bytes:
         """The chunk carrying one generated word (an index into ``text.WORDS``)."""
@@ -71,24 +78,26 @@ class StreamTemplate:
             + b'","stop_reason":null}]}\n\n'
         )
 
-    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int = 0) -> bytes:
         """The ``stream_options.include_usage`` chunk: empty choices plus token counts."""
-        return self._head + b',"choices":[],"usage":' + usage_json(prompt_tokens, completion_tokens, cached_tokens) + b"}\n\n"
+        u = usage_json(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens)
+        return self._head + b',"choices":[],"usage":' + u + b"}\n\n"
 
     def malformed(self) -> bytes:
         """A chunk that is not JSON (cut inside a string), for the malformed-chunk fault."""
         return self.token_prefix + b"\n\n"
 
 
-def usage_json(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
-    return orjson.dumps(
-        {
-            "prompt_tokens": prompt_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached_tokens},
-        }
-    )
+def usage_json(prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int = 0) -> bytes:
+    u: dict = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+    if reasoning_tokens:
+        u["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return orjson.dumps(u)
 
 
 def full_response(
@@ -100,12 +109,17 @@ def full_response(
     prompt_tokens: int,
     completion_tokens: int,
     cached_tokens: int,
+    reasoning_tokens: int = 0,
 ) -> bytes:
-    """The non-streaming JSON body (``chat.completion`` or ``text_completion``)."""
+    """The non-streaming JSON body (``chat.completion`` or ``text_completion``); a chat reply's
+    ``reasoning_tokens`` come as ``message.reasoning_content``."""
     if endpoint == CHAT:
+        message = {"role": "assistant", "content": text}
+        if reasoning_tokens:
+            message["reasoning_content"] = (" " + REASONING_WORD.decode()) * reasoning_tokens
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "logprobs": None,
             "finish_reason": "length",
             "stop_reason": None,
@@ -121,7 +135,7 @@ def full_response(
             "created": int(created),
             "model": model,
             "choices": [choice],
-            "usage": orjson.loads(usage_json(prompt_tokens, completion_tokens, cached_tokens)),
+            "usage": orjson.loads(usage_json(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens)),
         }
     )
 

@@ -1,0 +1,90 @@
+"""TTFOT and reasoning tokens against the sim's ground truth: every chat reply opens with reasoning.
+
+The sim (``--reasoning-tokens``) streams that many ``reasoning_content`` deltas before the answer
+and logs when it wrote the first answer chunk, how many tokens were reasoning, and how often its
+reasoning word appears in each request. The client must time TTFOT at that chunk (the margins of
+test_run_ground_truth.py), count the reasoning tokens exactly, and never send reasoning back.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.records import metric_values
+
+from .runs import loadgen, percentile, records, run_dir, sim, truth
+
+pytestmark = pytest.mark.slow
+
+REASONING = 6
+
+
+def test_ttfot_and_reasoning_tokens_match_the_sims_truth(tmp_path, capsys) -> None:
+    results = tmp_path / "results"
+    args = ("--profile", "tiny", "--time-scale", "10", "--seed", "7", "--reasoning-tokens", str(REASONING))
+    with sim(tmp_path, *args) as (proc, truth_log):
+        r = loadgen(
+            "run", "--target", proc.url, "--workload", "tiny", "--rate", "8",
+            "--num-sessions", "16", "--seed", "7", "--results", str(results),
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+    recs = records(run_dir(results))
+    t = truth(truth_log)
+    assert len(recs) >= 20 and all(rec.ok for rec in recs)
+    assert any(rec.turn_index > 0 for rec in recs)  # follow-ups carry the history
+
+    ttfot_err_ms, extra_ms = [], []
+    for rec in recs:
+        tr = t[rec.request_id]
+        r_expected = min(REASONING, rec.max_tokens - 1)
+        assert rec.reasoning_tokens == tr["reasoning_tokens"] == r_expected, rec.request_id
+        assert rec.output_tokens == tr["completion_tokens"] == rec.max_tokens
+        # No reasoning went back: no request held the sim's reasoning word.
+        assert tr["prompt_reasoning_words"] == 0, rec.request_id
+        sim_ttfot_us = (tr["t_first_output_ns"] - tr["t_received_ns"]) / 1000
+        ttfot_err_ms.append(abs(rec.ttfot_us - sim_ttfot_us) / 1000)
+        sim_extra_us = (tr["t_first_output_ns"] - tr["t_first_token_ns"]) / 1000
+        extra_ms.append((rec.ttfot_us - rec.ttft_us - sim_extra_us) / 1000)
+        if r_expected:
+            assert rec.ttfot_us > rec.ttft_us
+        names = {m for m, _ in metric_values(rec)}
+        assert "ttfot" in names
+        if rec.output_only_tokens >= 2:
+            assert "tpot_output" in names
+            assert rec.tpot_output_us == pytest.approx(
+                (rec.t_last_us - rec.t_first_output_us) / (rec.max_tokens - r_expected - 1)
+            )
+    with capsys.disabled():
+        print(
+            f"\n[reasoning] {len(recs)} requests, {REASONING} reasoning tokens each: |TTFOT err| p50 "
+            f"{percentile(ttfot_err_ms, 50):.3f} ms p99 {percentile(ttfot_err_ms, 99):.3f} ms; "
+            f"(TTFOT - TTFT) - sim's, p50 {percentile(extra_ms, 50):.3f} ms"
+        )
+    assert percentile(ttfot_err_ms, 50) <= 1.0
+    assert percentile(ttfot_err_ms, 99) <= 5.0
+    assert max(abs(x) for x in extra_ms) <= 2.0  # both clocks at chunks: per-gap ITL margin
+
+    summary = (run_dir(results) / "summary.json").read_text()
+    assert '"ttfot"' in summary and '"tpot_output"' in summary
+
+
+@pytest.mark.parametrize("in_history", [False, True])
+def test_reasoning_goes_back_only_when_the_adapter_option_asks(tmp_path, in_history) -> None:
+    from loadgen.client import SessionConnection
+    from targets.adapters.base import ChatRequest
+    from targets.registry import get_adapter
+
+    adapter = get_adapter("openai-chat", reasoning_in_history=in_history)
+    messages = [{"role": "user", "content": "list the files in the repo"}]
+    spec = ("--profile", "tiny", "--time-scale", "0", "--reasoning-tokens", "3")
+    with sim(tmp_path, *spec) as (proc, truth_log), SessionConnection(proc.url) as conn:
+        for turn in range(2):
+            req = ChatRequest(messages=list(messages), max_tokens=8, session_id="s", request_id=f"h{turn}")
+            res = conn.stream(adapter.build_request(req), adapter, deadline_s=20)
+            assert res.ok, res.error_message
+            assert res.reasoning_tokens == 3 and res.output_tokens == 8
+            assert res.t_first_output_ns >= res.t_first_ns  # time-scale 0: one write, one stamp
+            messages += [{"role": "assistant", "content": res.text}, {"role": "user", "content": "go on"}]
+    t = truth(truth_log)
+    assert t["h0"]["prompt_reasoning_words"] == 0
+    assert t["h1"]["prompt_reasoning_words"] == (3 if in_history else 0)
