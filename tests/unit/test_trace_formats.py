@@ -265,3 +265,10 @@ def test_a_bailian_file_as_an_arrival_trace_is_in_seconds():
     stamps = sorted(json.loads(x)["timestamp"] for x in BAILIAN.read_text().splitlines())
     assert np.allclose(offsets, np.array(stamps) - stamps[0])  # 61 s stays 61 s, not 61 ms
     assert np.allclose(trace(MOONCAKE)[:2], [0, (6420 - 458) / 1000])
+
+
+def test_mooncake_rows_without_hash_ids_claim_no_prefix_reuse():
+    wl = load_workload(MOONCAKE_AIPERF)
+    assert "prefix_reuse" not in wl.stats
+    r = CliRunner().invoke(main, ["workload", "inspect", str(MOONCAKE_AIPERF)])
+    assert r.exit_code == 0 and "prefix reuse" not in r.output

@@ -61,7 +61,7 @@ def test_unknown_name_lists_the_shipped_ones():
     msg = _message(load_workload, "agentic")
     assert msg == (
         f"unknown workload 'agentic'; use one of {', '.join(shipped_workloads())}, a .yaml/.yml spec, or a data "
-        "file (.jsonl session file, ShareGPT .json/.jsonl, Mooncake .jsonl, Azure .csv)"
+        "file (.jsonl session file, ShareGPT .json/.jsonl, Mooncake or Qwen-Bailian .jsonl, Azure or BurstGPT .csv)"
     )
 
 

@@ -101,11 +101,10 @@ class MooncakeReader(WorkloadReader):
                 reused_tokens += n
             seen.update(b for b, _ in blocks)
         offsets = np.array([r[0] - t0 for r in rows], dtype=np.float64) if timed and timed > 0 else None
-        stats = {
-            "block_size": block_size,
-            "unique_blocks": len(seen),
-            "prefix_reuse": reused_tokens / total_tokens if total_tokens else 0.0,
-        }
+        stats: dict[str, Any] = {"block_size": block_size}
+        if seen:  # rows without hash_ids (AIPerf's) say nothing about reuse
+            stats["unique_blocks"] = len(seen)
+            stats["prefix_reuse"] = reused_tokens / total_tokens if total_tokens else 0.0
         return DatasetWorkload(
             records,
             kind=self.name,
