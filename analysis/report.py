@@ -153,7 +153,9 @@ def _run_header(s: dict[str, Any]) -> str:
 def _metric_table(metrics: dict[str, Any]) -> str:
     rows = []
     for m in METRICS:
-        d = metrics[m]
+        d = metrics.get(m)
+        if not d or (m in ("ttfot", "tpot_output") and not d.get("count")):
+            continue  # a summary from before the metric, or a run without its values
         f = fmt_ms if d["unit"] == "ms" else (lambda v: fmt_num(v, 2))
         rows.append(
             [m if d["unit"] == "ms" else f"{m} (tokens)", f"{d['count']:,}", *(f(d.get(k)) for k in _STATS)]

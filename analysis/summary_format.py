@@ -125,11 +125,17 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header).rstrip(), *(line(r).rstrip() for r in rows)]
 
 
+# The table's order: each reasoning-aware metric beside its plain one.
+_TABLE_ORDER = ("ttft", "ttfot", "ttft_sched", "schedule_lag", "itl", "tpot", "tpot_output", "e2e")
+_TABLE_METRICS = (*_TABLE_ORDER, *(m for m in METRICS if m not in _TABLE_ORDER))
+_OPTIONAL = ("ttfot", "tpot_output")  # absent from older results: no row rather than an empty one
+
+
 def _metric_table(metrics: dict[str, Any]) -> list[str]:
     rows = []
-    for m in METRICS:
+    for m in _TABLE_METRICS:
         d = metrics.get(m)
-        if not d:
+        if not d or (m in _OPTIONAL and not d.get("count")):
             continue
         name = m if d["unit"] == "ms" else f"{m} ({d['unit']})"
         fmt = fmt_ms if d["unit"] == "ms" else (lambda v: fmt_num(v, 2))
