@@ -223,6 +223,8 @@ def _error(obj: dict) -> StreamEvent:
     err = obj.get("error")
     if type(err) is dict:
         err_type = err.get("type")
+        if type(err_type) is not str:  # a type that is not a string names nothing
+            err_type = None
         message = str(err.get("message") or err_type or "error")
     else:
         err_type, message = None, str(err or "error")
