@@ -462,6 +462,7 @@ __all__ = [
     "HEADLINES",
     "METRICS",
     "MIN_TAIL",
+    "OPTIONAL_METRICS",
     "compare_runs",
     "describe",
     "find_row",

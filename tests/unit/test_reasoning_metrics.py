@@ -140,3 +140,27 @@ def test_the_sims_non_streaming_reply_keeps_reasoning_out_of_the_text():
     assert obj["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}
     ev = OpenAIChatAdapter().parse_response(body)
     assert ev.text == " a b" and ev.usage.reasoning_tokens == 3
+
+
+def test_compare_and_gate_take_ttfot_when_runs_have_it(tmp_path):
+    from analysis.compare import compare_runs, find_row
+    from analysis.gate import gate
+    from tests.fixtures.results.synth import record, write_run
+
+    def run(name: str, extra_ms: float):
+        recs = []
+        for s in range(40):
+            for t in range(2):
+                r = record(s, t, sched_ms=500 + s * 100 + t * 1500, ttft_ms=50, itl_ms=[10] * 8)
+                r.t_first_output_us = r.t_first_us + round(extra_ms * 1000)
+                r.reasoning_tokens = 3
+                recs.append(r)
+        return write_run(tmp_path / name, recs)
+
+    a, b = run("a", 100), run("b", 300)
+    cmp = compare_runs(a, b, n_boot=200)
+    row = find_row(cmp, "ttfot", "all", "p50")
+    assert row is not None and row["b"] > row["a"] and find_row(cmp, "tpot_output", "all", "p50") is not None
+    result = gate(b, a, {"ttfot_p50": "10%"}, "ttfot_p99=1s", n_boot=200)
+    assert not result.ok and any("ttfot" in line.lower() for line in result.reasons), result.checks
+    assert any("ttfot_p99" in line for line in result.checks), result.checks
