@@ -211,7 +211,7 @@ class _OpenAIStream:
             if usage is not None and usage.completion_tokens is not None:
                 tokens = max(1, usage.completion_tokens - self.counted)
             self.counted += tokens
-        return StreamEvent(tokens, text, usage, False, _timings(obj), reasoning=reasoning)
+        return StreamEvent(tokens, text, usage, False, _timings(obj), None, None, reasoning)
 
     def _load(self, line: bytes) -> dict | StreamEvent | None:
         return sse_json(line)
@@ -258,16 +258,17 @@ class _ChatStream(_OpenAIStream):
                     reasoning and type(reasoning) is not str
                 ):
                     _malformed("the delta's content")
+                # Reasoning with answer (content or a tool call) in one chunk: an answer chunk.
                 if content:
-                    text = content
-                tools = bool(delta.get("tool_calls"))
-                if reasoning:
+                    text = reasoning + content if reasoning and self.keep_reasoning else content
+                    generated = True
+                elif reasoning:
+                    generated = True
+                    is_reasoning = not delta.get("tool_calls")
                     if self.keep_reasoning:
-                        text = reasoning + content if content else reasoning
-                    # Reasoning with answer (content or a tool call) in one chunk: an answer chunk.
-                    is_reasoning = not content and not tools
-                # A tool-call delta is generated output too, though not reply text.
-                generated = bool(text) or bool(reasoning) or tools
+                        text = reasoning
+                else:  # a tool-call delta is generated output too, though not reply text
+                    generated = bool(delta.get("tool_calls"))
         return self._event(obj, text, generated, is_reasoning)
 
 
