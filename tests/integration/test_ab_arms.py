@@ -17,7 +17,7 @@ def test_each_arm_has_a_complete_results_directory_with_its_router(tmp_path):
         "--num-sessions", "4", "--seed", "3", "--results", str(results), "--run-id", "pair",
         # Two fleets' worth of processes share two cores: the arms' bookkeeping is under test here,
         # not the generator's schedule (tests/integration/test_generator_saturation.py is).
-        "--max-schedule-lag", "100ms",
+        "--max-schedule-lag", "10s",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert sorted(p.name for p in results.iterdir()) == ["pair-ca", "pair-rr"]

@@ -189,9 +189,11 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
 
             # The chart page: one SVG per metric, with p50/p95/p99 lines over the run's intervals.
             charts = _browser(chromium, "--virtual-time-budget=3000", "--dump-dom", login + "/loadgen/charts")
-            assert charts.count("<svg") == 5
+            from loadgen.webui import LIVE_METRICS
+
+            assert charts.count("<svg") == len(LIVE_METRICS)
             lines = re.findall(r'<polyline[^>]* points="([^"]+)"', charts)
-            assert len(lines) == 15
+            assert len(lines) == 3 * len(LIVE_METRICS)
             assert all(len(pts.split()) >= 2 for pts in lines), lines
 
             # A second run from the form (the UI's "new" button): its own results directory, and
