@@ -184,3 +184,41 @@ def test_an_error_event_mid_stream_is_an_error(tokens, code):
         events = [ev for ev in parse_all(adapter, lines) if ev is not None]
         assert events[-1].error == "engine failed", adapter.name
         assert events[-1].error_code == (code if isinstance(code, int) else None)
+
+
+# The agents' APIs: events named by their "type", with values of every JSON type in every place.
+AGENT_KEYS = (
+    "type", "message", "usage", "input_tokens", "output_tokens", "cache_read_input_tokens",
+    "cache_creation_input_tokens", "delta", "text", "thinking", "partial_json", "error", "code",
+    "response", "status", "output", "content", "input_tokens_details", "cached_tokens",
+)  # fmt: skip
+AGENT_TYPES = (
+    "message_start", "message_delta", "message_stop", "content_block_delta", "error", "ping", "text_delta",
+    "thinking_delta", "input_json_delta", "response.output_text.delta", "response.completed",
+    "response.incomplete", "response.failed", "response.reasoning_text.delta", "message", "output_text",
+)  # fmt: skip
+_agent_scalars = st.none() | st.booleans() | st.integers(-3, 2**70) | st.text(max_size=6) | st.sampled_from(AGENT_TYPES)
+_agent_values = st.recursive(
+    _agent_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(AGENT_KEYS), inner, max_size=4),
+    max_leaves=12,
+)
+_agent_objects = st.dictionaries(st.sampled_from(AGENT_KEYS), _agent_values, max_size=5)
+
+
+@settings(max_examples=80, derandomize=True, deadline=500, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_agent_objects, min_size=1, max_size=6))
+def test_agent_api_events_of_any_shape_are_an_event_or_bad_chunk(objs):
+    for adapter in (AnthropicMessagesAdapter(), OpenAIResponsesAdapter()):
+        parser = adapter.new_stream()
+        for obj in objs:
+            # The stdlib's encoder: a server may send integers past 64 bits, which orjson cannot write.
+            wire = json.dumps(obj).encode()
+            try:
+                check_event(parser.parse_line(b"data: " + wire))
+            except BadChunk:
+                pass
+            try:
+                check_event(adapter.parse_response(wire))
+            except BadChunk:
+                pass
