@@ -3,48 +3,19 @@ Messages event streams (text, thinking, tool use, an error event, a cut stream).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 import pytest
 
 from targets.adapters.anthropic import AnthropicMessagesAdapter, to_messages
-from targets.adapters.base import BadChunk, ChatRequest, StreamEvent, Usage
+from targets.adapters.base import BadChunk, StreamEvent, Usage
+from tests.unit import transcripts
+from tests.unit.transcripts import TRANSCRIPTS, fold, request
 
 ADAPTER = AnthropicMessagesAdapter()
-TRANSCRIPTS = Path(__file__).resolve().parent.parent / "fixtures" / "transcripts"
-MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
 
 
 def replay(name: str) -> list[StreamEvent]:
-    parser = AnthropicMessagesAdapter().new_stream()
-    events = []
-    for line in (TRANSCRIPTS / name).read_bytes().splitlines(keepends=True):
-        ev = parser.parse_line(line)
-        if ev is not None:
-            events.append(ev)
-    return events
-
-
-def request(**kw) -> ChatRequest:
-    base = dict(messages=MESSAGES, max_tokens=64, session_id="sess-9", request_id="req-9-1")
-    base.update(kw)
-    return ChatRequest(**base)
-
-
-def summary(events: list[StreamEvent]) -> tuple[int, str, Usage | None, bool, StreamEvent | None]:
-    usage = None
-    for ev in events:
-        if ev.usage is not None:
-            usage = ev.usage
-    error = next((ev for ev in events if ev.error is not None), None)
-    return (
-        sum(ev.tokens for ev in events),
-        "".join(ev.text for ev in events),
-        usage,
-        any(ev.done for ev in events),
-        error,
-    )
+    return transcripts.replay(ADAPTER, name)
 
 
 # ---- build_request -----------------------------------------------------------------------------
@@ -139,7 +110,7 @@ def test_openai_tool_definitions_become_messages_tools():
 
 def test_text_stream():
     events = replay("anthropic_messages_text.sse")
-    tokens, text, usage, done, error = summary(events)
+    tokens, text, usage, done, error = fold(events)
     assert (tokens, text, done, error) == (5, "The quick brown fox jumps.", True, None)
     # input_tokens is the uncached part: the prompt is it plus the cache reads.
     assert usage == Usage(prompt_tokens=125, completion_tokens=6, cached_tokens=100)
@@ -153,7 +124,7 @@ def test_message_start_alone_gives_the_prompt_and_no_completion_count():
 
 
 def test_thinking_deltas_are_tokens_but_not_reply_text():
-    tokens, text, usage, done, error = summary(replay("anthropic_messages_thinking.sse"))
+    tokens, text, usage, done, error = fold(replay("anthropic_messages_thinking.sse"))
     # 3 thinking deltas + 2 text deltas; the signature delta is not a token.
     assert (tokens, text, done, error) == (5, "Yes, 42.", True, None)
     assert usage == Usage(40, 9, 0)
@@ -162,7 +133,7 @@ def test_thinking_deltas_are_tokens_but_not_reply_text():
 
 
 def test_tool_use_argument_deltas_are_tokens():
-    tokens, text, usage, done, error = summary(replay("anthropic_messages_tool_use.sse"))
+    tokens, text, usage, done, error = fold(replay("anthropic_messages_tool_use.sse"))
     # 2 text deltas + 3 non-empty input_json deltas (the empty first one carries nothing).
     assert (tokens, text, done, error) == (5, "Checking now.", True, None)
     assert usage == Usage(472, 89, 0)
@@ -170,7 +141,7 @@ def test_tool_use_argument_deltas_are_tokens():
 
 def test_error_event_is_an_overloaded_5xx():
     events = replay("anthropic_messages_error.sse")
-    tokens, text, _, done, error = summary(events)
+    tokens, text, _, done, error = fold(events)
     assert (tokens, text, done) == (2, "Hello there", False)
     assert error is events[-1]
     assert error.error_code == 529 and "overloaded_error" in error.error and "Overloaded" in error.error
@@ -187,7 +158,7 @@ def test_error_types_map_to_statuses(err_type, code):
 
 
 def test_cut_stream_has_no_end():
-    tokens, text, usage, done, error = summary(replay("anthropic_messages_cut.sse"))
+    tokens, text, usage, done, error = fold(replay("anthropic_messages_cut.sse"))
     assert (tokens, text, done, error) == (3, "Hello there my", False, None)
     assert usage == Usage(30, None, 0)
 

@@ -2,34 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 import pytest
 
-from targets.adapters.base import BadChunk, ChatRequest, StreamEvent, Usage
+from targets.adapters.base import BadChunk, Usage
 from targets.adapters.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
+from tests.unit.transcripts import MESSAGES, replay, request
 from workloads.tokenizer import render_chat
 
-TRANSCRIPTS = Path(__file__).resolve().parent.parent / "fixtures" / "transcripts"
 TEXT = " The quick brown fox jumps over the lazy dog."
-MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
-
-
-def replay(adapter, name: str) -> list[StreamEvent]:
-    parser = adapter.new_stream()
-    events = []
-    for line in (TRANSCRIPTS / name).read_bytes().splitlines(keepends=True):
-        ev = parser.parse_line(line)
-        if ev is not None:
-            events.append(ev)
-    return events
-
-
-def request(**kw) -> ChatRequest:
-    base = dict(messages=MESSAGES, max_tokens=64, session_id="sess-9", request_id="req-9-1")
-    base.update(kw)
-    return ChatRequest(**base)
 
 
 # ---- build_request -----------------------------------------------------------------------------

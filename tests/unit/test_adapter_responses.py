@@ -3,48 +3,19 @@ Responses event streams (text, reasoning, a function call, a failed response, a 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 import pytest
 
-from targets.adapters.base import BadChunk, ChatRequest, StreamEvent, Usage
+from targets.adapters.base import BadChunk, StreamEvent, Usage
 from targets.adapters.responses import OpenAIResponsesAdapter, to_input
+from tests.unit import transcripts
+from tests.unit.transcripts import fold, request
 
 ADAPTER = OpenAIResponsesAdapter()
-TRANSCRIPTS = Path(__file__).resolve().parent.parent / "fixtures" / "transcripts"
-MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
 
 
 def replay(name: str) -> list[StreamEvent]:
-    parser = OpenAIResponsesAdapter().new_stream()
-    events = []
-    for line in (TRANSCRIPTS / name).read_bytes().splitlines(keepends=True):
-        ev = parser.parse_line(line)
-        if ev is not None:
-            events.append(ev)
-    return events
-
-
-def request(**kw) -> ChatRequest:
-    base = dict(messages=MESSAGES, max_tokens=64, session_id="sess-9", request_id="req-9-1")
-    base.update(kw)
-    return ChatRequest(**base)
-
-
-def summary(events: list[StreamEvent]) -> tuple[int, str, Usage | None, bool, StreamEvent | None]:
-    usage = None
-    for ev in events:
-        if ev.usage is not None:
-            usage = ev.usage
-    error = next((ev for ev in events if ev.error is not None), None)
-    return (
-        sum(ev.tokens for ev in events),
-        "".join(ev.text for ev in events),
-        usage,
-        any(ev.done for ev in events),
-        error,
-    )
+    return transcripts.replay(ADAPTER, name)
 
 
 # ---- build_request -----------------------------------------------------------------------------
@@ -111,14 +82,14 @@ def test_openai_chat_tool_definitions_become_flat_function_tools():
 
 def test_text_stream():
     events = replay("responses_text.sse")
-    tokens, text, usage, done, error = summary(events)
+    tokens, text, usage, done, error = fold(events)
     assert (tokens, text, done, error) == (5, "The quick brown fox jumps.", True, None)
     assert usage == Usage(prompt_tokens=36, completion_tokens=6, cached_tokens=24, reasoning_tokens=0)
     assert events[-1].done and events[-1].usage == usage
 
 
 def test_reasoning_deltas_are_tokens_but_not_reply_text():
-    tokens, text, usage, done, error = summary(replay("responses_reasoning.sse"))
+    tokens, text, usage, done, error = fold(replay("responses_reasoning.sse"))
     # 2 summary deltas + 2 reasoning-text deltas + 2 output-text deltas.
     assert (tokens, text, done, error) == (6, "Pick B.", True, None)
     assert usage == Usage(80, 140, 0, 128)  # output_tokens counts the reasoning tokens
@@ -127,7 +98,7 @@ def test_reasoning_deltas_are_tokens_but_not_reply_text():
 
 
 def test_function_call_argument_deltas_are_tokens():
-    tokens, text, usage, done, error = summary(replay("responses_function_call.sse"))
+    tokens, text, usage, done, error = fold(replay("responses_function_call.sse"))
     assert (tokens, text, done, error) == (4, "", True, None)
     assert usage == Usage(291, 23, 0, 0)
     assert not any(e.reasoning for e in replay("responses_function_call.sse") if e is not None)
@@ -135,7 +106,7 @@ def test_function_call_argument_deltas_are_tokens():
 
 def test_failed_response_is_a_5xx_error():
     events = replay("responses_failed.sse")
-    tokens, text, _, done, error = summary(events)
+    tokens, text, _, done, error = fold(events)
     assert (tokens, text, done) == (2, "The quick", False)
     assert error is events[-1] and error.error_code == 500
     assert error.error == "server_error: The model failed to generate a response."
@@ -166,7 +137,7 @@ def test_incomplete_response_ends_the_stream_with_usage():
 
 
 def test_cut_stream_has_no_end():
-    tokens, text, usage, done, error = summary(replay("responses_cut.sse"))
+    tokens, text, usage, done, error = fold(replay("responses_cut.sse"))
     assert (tokens, text, usage, done, error) == (3, "The quick brown", None, False, None)
 
 
