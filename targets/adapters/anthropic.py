@@ -40,6 +40,7 @@ from .base import (
     StreamEvent,
     Usage,
     build_headers,
+    content_text,
     count_or_none,
     load_json,
     sse_payload,
@@ -141,17 +142,6 @@ def _tool(t: Any) -> Any:
     return out
 
 
-def _text(content: Any) -> str:
-    """OpenAI message content as text: a string, or its text parts joined."""
-    if content is None:
-        return ""
-    if type(content) is str:
-        return content
-    if type(content) is list:
-        return "\n".join(p.get("text", "") for p in content if type(p) is dict and p.get("type") == "text")
-    return str(content)
-
-
 def _arguments(raw: Any) -> Any:
     if type(raw) is not str:
         return raw if type(raw) is dict else {}
@@ -171,7 +161,7 @@ def to_messages(messages: list[dict]) -> tuple[str, list[dict]]:
     turns: list[tuple[str, list[dict]]] = []
     for m in messages:
         role = m.get("role")
-        content = _text(m.get("content"))
+        content = content_text(m.get("content"))
         if role in ("system", "developer"):
             if content:
                 system.append(content)

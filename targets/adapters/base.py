@@ -300,3 +300,14 @@ def encode_body(body: dict, req: ChatRequest) -> bytes:
 
 def _preview(b: bytes, n: int = 80) -> str:
     return repr(bytes(b[:n])) + ("..." if len(b) > n else "")
+
+
+def content_text(content: Any) -> str:
+    """OpenAI message content as text: a string, or its text parts joined."""
+    if content is None:
+        return ""
+    if type(content) is str:
+        return content
+    if type(content) is list:
+        return "\n".join(p.get("text", "") for p in content if type(p) is dict and p.get("type") == "text")
+    return str(content)

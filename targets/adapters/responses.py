@@ -38,6 +38,7 @@ from .base import (
     StreamEvent,
     Usage,
     build_headers,
+    content_text,
     count_or_none,
     load_json,
     sse_payload,
@@ -145,23 +146,13 @@ def _tool(t: Any) -> Any:
     return out
 
 
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if type(content) is str:
-        return content
-    if type(content) is list:
-        return "\n".join(p.get("text", "") for p in content if type(p) is dict and p.get("type") == "text")
-    return str(content)
-
-
 def to_input(messages: list[dict]) -> tuple[str, list[dict]]:
     """OpenAI-shaped chat messages as ``(instructions, input items)`` (see the module docstring)."""
     instructions: list[str] = []
     items: list[dict] = []
     for m in messages:
         role = m.get("role")
-        content = _text(m.get("content"))
+        content = content_text(m.get("content"))
         if role in ("system", "developer"):
             if content:
                 instructions.append(content)
