@@ -399,10 +399,12 @@ def preflight(opts: RunOptions, url: str, replica_urls: list[str] | None = None)
             first_byte_timeout_s=parse_duration_s(opts.first_byte_timeout) or None,
             idle_timeout_s=parse_duration_s(opts.idle_timeout) or None,
         )  # fmt: skip
-        identity = read_identity(url, opts.adapter, timeout_s=5.0, ssl_context=tls)
+        identity = read_identity(url, opts.adapter, timeout_s=5.0, ssl_context=tls, api_key=api_key)
         engines = [identity]
         if replica_urls and replica_urls != [url]:
-            engines = [read_identity(u, opts.adapter, timeout_s=5.0, ssl_context=tls) for u in replica_urls]
+            engines = [
+                read_identity(u, opts.adapter, timeout_s=5.0, ssl_context=tls, api_key=api_key) for u in replica_urls
+            ]
             identity = {**engines[0], "base_url": url, "replica_urls": replica_urls}
         if opts.expect:
             for engine in engines:

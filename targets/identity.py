@@ -34,7 +34,7 @@ import orjson
 from .errors import TargetError
 from .scrape import http_get
 
-__all__ = ["EXPECT_KEYS", "certificate_message", "check_expected", "normalize_engine", "read_identity"]
+__all__ = ["EXPECT_KEYS", "certificate_message", "check_expected", "normalize_engine", "probe_headers", "read_identity"]
 
 EXPECT_KEYS = ("model", "engine", "build")
 PROBES = ("/v1/models", "/version", "/props", "/get_server_info", "/get_model_info")
@@ -76,9 +76,10 @@ def read_identity(
     own ``owned_by``; None when nothing says), ``model`` (the first served id), ``models``,
     ``model_path``, ``build``, ``total_slots``, ``max_model_len`` and ``endpoints`` (HTTP status
     or failure per probe). ``ssl_context`` verifies an ``https`` target (``targets.tls``).
+    ``api_key`` goes in the adapter's auth headers (``probe_headers``).
     Raises ``TargetError`` only when nothing is listening or its certificate is refused.
     """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    headers = probe_headers(adapter_name, api_key) or None
     base = base_url.rstrip("/")
     docs: dict[str, Any] = {}
     endpoints: dict[str, int | str] = {}
@@ -109,6 +110,20 @@ def read_identity(
             except orjson.JSONDecodeError:
                 endpoints[path] = "200, not JSON"
     return _identity_from(base_url, adapter_name, docs, endpoints)
+
+
+def probe_headers(adapter_name: str | None, api_key: str | None) -> dict[str, str]:
+    """The adapter's own auth headers (``x-api-key`` and ``anthropic-version`` for the Messages
+    API, ``Authorization: Bearer`` for the OpenAI-shaped ones), so a server that checks keys
+    answers the probes as it answers the load; Bearer when the adapter is unknown."""
+    if adapter_name:
+        from .registry import get_adapter  # the adapters load through entry points: only when asked
+
+        try:
+            return get_adapter(adapter_name).auth_headers(api_key)
+        except TargetError:
+            pass
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def _identity_from(
