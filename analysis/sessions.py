@@ -25,7 +25,8 @@ from hdrh.histogram import HdrHistogram
 from analysis.hlog import new_histogram, record_clamped
 from analysis.records import STEP_KINDS, RequestRecord, metric_values
 
-STEP_KIND_METRICS = ("ttft", "itl", "tpot", "e2e")
+# ttfot: the first answer token (after any reasoning); a record without it records none
+STEP_KIND_METRICS = ("ttft", "ttfot", "itl", "tpot", "e2e")
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,7 +143,21 @@ def _metric_table(metrics: dict[str, Any]) -> list[str]:
     return _table(["metric (ms)", "count", *_STATS], rows)
 
 
+def _has_metric(groups: dict[str, Any], metric: str) -> bool:
+    """Whether any group recorded ``metric`` (TTFOT is absent from older results)."""
+    return any(((g.get("metrics") or {}).get(metric) or {}).get("count") for g in groups.values())
+
+
+def _ttfot_cells(m: dict[str, Any], shown: bool) -> list[str]:
+    """TTFOT p50 and p99 beside TTFT's where the table shows them ("-" for a group without it)."""
+    if not shown:
+        return []
+    d = m.get("ttfot") or {}
+    return [fmt_ms(d.get("p50")), fmt_ms(d.get("p99"))]
+
+
 def _group_table(title: str, groups: dict[str, Any]) -> list[str]:
+    ttfot = _has_metric(groups, "ttfot")
     header = [
         f"by {title}",
         "reqs",
@@ -151,6 +165,7 @@ def _group_table(title: str, groups: dict[str, Any]) -> list[str]:
         "out tok/s",
         "ttft p50",
         "ttft p99",
+        *(["ttfot p50", "ttfot p99"] if ttfot else []),
         "tpot p50",
         "itl p99",
         "e2e p99",
@@ -162,7 +177,7 @@ def _group_table(title: str, groups: dict[str, Any]) -> list[str]:
         rows.append([
             name, f"{g['requests']['measured']:,}", f"{g['errors']['total']:,}",
             fmt_num(g["throughput"]["output_tokens_per_s"], 1),
-            fmt_ms(m["ttft"]["p50"]), fmt_ms(m["ttft"]["p99"]), fmt_ms(m["tpot"]["p50"]),
+            fmt_ms(m["ttft"]["p50"]), fmt_ms(m["ttft"]["p99"]), *_ttfot_cells(m, ttfot), fmt_ms(m["tpot"]["p50"]),
             fmt_ms(m["itl"]["p99"]), fmt_ms(m["e2e"]["p99"]), fmt_pct(g["slo"]["attainment"]),
         ])  # fmt: skip
     return _table(header, rows)
@@ -204,13 +219,17 @@ def _dag_lines(summary: dict[str, Any]) -> list[str]:
     kinds = summary.get("by_step_kind") or {}
     if not any(k in kinds for k in ("fan-out child", "join")):
         return []
-    header = ["by step kind", "reqs", "errors", "ttft p50", "ttft p99", "itl p50", "itl p99", "e2e p99"]
+    ttfot = _has_metric(kinds, "ttfot")
+    header = [
+        "by step kind", "reqs", "errors", "ttft p50", "ttft p99", *(["ttfot p50", "ttfot p99"] if ttfot else []),
+        "itl p50", "itl p99", "e2e p99",
+    ]  # fmt: skip
     rows = []
     for name, g in kinds.items():
         m = g["metrics"]
         rows.append([
             name, f"{g['requests']:,}", f"{g['errors']:,}", fmt_ms(m["ttft"]["p50"]), fmt_ms(m["ttft"]["p99"]),
-            fmt_ms(m["itl"]["p50"]), fmt_ms(m["itl"]["p99"]), fmt_ms(m["e2e"]["p99"]),
+            *_ttfot_cells(m, ttfot), fmt_ms(m["itl"]["p50"]), fmt_ms(m["itl"]["p99"]), fmt_ms(m["e2e"]["p99"]),
         ])  # fmt: skip
     out = ["", *_table(header, rows)]
     ss = summary.get("sessions")

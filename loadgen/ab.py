@@ -2,7 +2,8 @@
 
 Each arm gets its own embedded fleet (so caches start cold), its own complete results directory,
 and the same seed, so session k is the same conversation in both arms and the comparison is
-paired. The side-by-side table shows TTFT per turn class and the ratio B/A per statistic.
+paired. The side-by-side table shows TTFT (and TTFOT where an arm has it) per turn class and the
+ratio B/A per statistic.
 """
 
 from __future__ import annotations
@@ -154,7 +155,10 @@ def _replica_line(run_dir: Path) -> str | None:
         if name == "router" or "during_run" not in entry:
             continue
         counters = entry.get("counters") or {}
-        served = [v for k, v in counters.items() if k.split("{", 1)[0] in REPLICA_REQUEST_COUNTERS]
+        # The first counter the replica has: the sim exports vLLM's names beside its own, and
+        # summing both would count each request twice.
+        present = [c for c in REPLICA_REQUEST_COUNTERS if any(k.split("{", 1)[0] == c for k in counters)]
+        served = [v for k, v in counters.items() if present and k.split("{", 1)[0] == present[0]]
         hit_rate = (entry.get("during_run") or {}).get("prefix_cache_hit_rate")
         hits = "" if hit_rate is None else f"prefix-cache hits {hit_rate:.0%}"
         # llama-server counts tokens, not requests: then only its cache hits are shown.
@@ -172,9 +176,16 @@ def replica_lines(names: list[str], dirs: list[Path]) -> str:
     return "\n".join(f"{name.ljust(width)}  {line}" for name, line in lines if line)
 
 
+def table_metrics(summaries: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The side-by-side table's metrics: TTFT, and TTFOT beside it where an arm recorded it
+    (a reasoning model's first answer token; absent from older results)."""
+    has_ttfot = any(((s.get("metrics") or {}).get("ttfot") or {}).get("count") for s in summaries)
+    return ("ttft", "ttfot") if has_ttfot else ("ttft",)
+
+
 def report_ab(names: list[str], dirs: list[Path]) -> str:
     summaries = [load_summary(d) for d in dirs]
-    text = side_by_side(names, summaries, AB_METRICS[:1])
+    text = side_by_side(names, summaries, table_metrics(summaries))
     spread = replica_lines(names, dirs)
     if spread:
         text += "\n\nrequests per replica (from each replica's /metrics)\n" + spread
