@@ -1,8 +1,9 @@
 """Dataset and trace readers, found by name through the ``loadgen.workloads`` entry-point group.
 
-Built-in readers (``sessions``, ``sharegpt``, ``mooncake``, ``azure``, ``burstgpt``, ``bailian``)
-are listed in ``BUILTIN_READERS`` (and declared in ``pyproject.toml``), so they are found even by an
-install whose metadata predates them; a third-party package adds its own format with::
+Built-in readers (``sessions``, ``sharegpt``, ``mooncake``, ``azure``, ``burstgpt``, ``bailian``,
+``weka-trace``) are listed in ``BUILTIN_READERS`` (and declared in ``pyproject.toml``), so they are
+found even by an install whose metadata predates them; a third-party package adds its own format
+with::
 
     [project.entry-points."loadgen.workloads"]
     my-format = "my_package.reader:MyReader"      # a WorkloadReader subclass
@@ -50,6 +51,7 @@ BUILTIN_READERS = {
     "azure": "workloads.readers.azure:AzureReader",
     "burstgpt": "workloads.readers.burstgpt:BurstGPTReader",
     "bailian": "workloads.readers.bailian:BailianReader",
+    "weka-trace": "workloads.readers.weka_trace:WekaTraceReader",
 }
 
 
