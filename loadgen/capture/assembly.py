@@ -28,10 +28,21 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.capture.messages import Message, parse_messages, prefix_digests, split_system, turn_text
+from loadgen.capture.apis import (
+    CHAT,
+    COMPLETIONS,
+    MESSAGE_APIS,
+    MESSAGES,
+    RESPONSES,
+    ApiRequest,
+    read_request,
+)
+from loadgen.capture.messages import Message, answered_tool, prefix_digests, split_system, turn_text
 
-CHAT = "chat"
-COMPLETIONS = "completions"
+__all__ = [
+    "CHAT", "COMPLETIONS", "MESSAGES", "RESPONSES", "CaptureStats", "CapturedTurn", "Conversation",
+    "PendingTurn", "SessionAssembler",
+]  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -40,6 +51,7 @@ class CapturedTurn:
     role: str
     max_tokens: int
     think_time_s: float
+    tool_call: str | None = None  # a tool-result turn: the tool whose call it answers
 
 
 @dataclass(slots=True)
@@ -59,6 +71,12 @@ class Conversation:
     # completions: the last recorded prompt and the reply text that followed it
     history_prompt: str | None = None
     last_reply: str = ""
+    # responses: the id of the last recorded reply (a chain's next request names it) and the tool
+    # calls that reply made (a chained request does not resend them); chained: the history is
+    # held by the server, so history_len/history_digest say nothing
+    last_response_id: str | None = None
+    reply_calls: dict[str, str] | None = None
+    chained: bool = False
     last_end_s: float | None = None
     last_activity_s: float = 0.0
     in_flight: int = 0
@@ -78,13 +96,21 @@ class PendingTurn:
     history_len: int = 0
     history_digest: bytes | None = None
     prompt: str | None = None
+    tool_call: str | None = None
+    chained: bool = False  # a Responses request that names the previous response
+
+    @property
+    def endpoint(self) -> str:
+        """The API of the request (``CHAT``, ``COMPLETIONS``, ``MESSAGES``, ``RESPONSES``): what
+        its reply is read as (``ReplyMeter(pending.endpoint, ...)``)."""
+        return self.conversation.endpoint
 
 
 @dataclass(slots=True)
 class CaptureStats:
     requests: int = 0
     turns: int = 0
-    not_recorded: int = 0  # bodies that are not a chat/completions request we can read
+    not_recorded: int = 0  # bodies that are not a request of a recorded API we can read
     cut: int = 0
     failed: int = 0
 
@@ -103,6 +129,7 @@ class SessionAssembler:
         self._completions: dict[int, Conversation] = {}  # headerless completions ones with a history
         self._by_key: dict[tuple[str, str], Conversation] = {}
         self._by_history: dict[bytes, list[Conversation]] = {}
+        self._by_response: dict[str, Conversation] = {}  # last recorded response id -> its conversation
         self._seq = 0
         self._generated_ids = 0
         self._used_ids: set[str] = set()
@@ -113,8 +140,10 @@ class SessionAssembler:
         self.stats.requests += 1
         pending = None
         if isinstance(body, dict):
-            if endpoint == CHAT:
-                pending = self._begin_chat(body, key, now_s)
+            if endpoint in MESSAGE_APIS:
+                req = read_request(endpoint, body)
+                if req is not None:
+                    pending = self._begin_conversation(endpoint, req, key, now_s)
             elif endpoint == COMPLETIONS:
                 pending = self._begin_completions(body, key, now_s)
         if pending is None:
@@ -125,16 +154,18 @@ class SessionAssembler:
         self._touch(conv, now_s)
         return pending
 
-    def _begin_chat(self, body: dict, key: str | None, now_s: float) -> PendingTurn | None:
-        msgs = parse_messages(body.get("messages"))
-        if msgs is None:
-            return None
+    def _begin_conversation(
+        self, endpoint: str, req: ApiRequest, key: str | None, now_s: float
+    ) -> PendingTurn:
+        if req.previous_response_id is not None:
+            return self._begin_chained(req, key, now_s)
+        msgs = req.messages
         digests = prefix_digests(msgs)
         conv: Conversation | None = None
         added: list[Message] | None = None
         if key is not None:
-            conv = self._by_key.get((CHAT, key))
-            if conv is not None and conv.history_digest is not None:
+            conv = self._by_key.get((endpoint, key))
+            if conv is not None and (conv.history_digest is not None or conv.chained):
                 added = _added_messages(conv, msgs, digests)
                 if added is None:
                     self._supersede(conv)
@@ -153,15 +184,41 @@ class SessionAssembler:
                 if conv is not None:
                     break
         if conv is None:
-            conv = self._new_conversation(CHAT, key, now_s)
+            conv = self._new_conversation(endpoint, key, now_s)
         system = conv.system_prompt
         if added is None:  # the conversation's first recorded turn: everything but the system prompt
             system, added = split_system(msgs)
         content, role = turn_text(added)
         return PendingTurn(
             conv, content, role, system, now_s, conv.last_end_s,
-            history_len=len(msgs), history_digest=digests[-1],
+            history_len=len(msgs), history_digest=digests[-1], tool_call=answered_tool(added, msgs),
         )  # fmt: skip
+
+    def _begin_chained(self, req: ApiRequest, key: str | None, now_s: float) -> PendingTurn:
+        """A Responses request naming the previous response: it sends only what is new (the
+        server holds the rest), so it continues the conversation that recorded that response."""
+        prev = req.previous_response_id
+        conv = self._by_response.get(prev) if prev is not None else None
+        if key is not None:
+            keyed = self._by_key.get((RESPONSES, key))
+            if conv is not None and conv is not keyed:
+                conv = None  # the response belongs to another key's conversation
+            if conv is None and keyed is not None:
+                self._supersede(keyed)  # a chain this conversation never produced
+        # Instructions are resent with every request (the server does not carry them over).
+        system, added = split_system(req.messages)
+        if conv is None:  # an earlier response not captured: what it did not resend is unknown
+            conv = self._new_conversation(RESPONSES, key, now_s)
+        else:
+            system = conv.system_prompt
+            added = _without_reply(added)
+        content, role = turn_text(added)
+        tool_call = answered_tool(added, req.messages)
+        if tool_call is None and conv.reply_calls and added and added[0].role == "tool":
+            tool_call = conv.reply_calls.get(added[0].call_id or "") or None
+        return PendingTurn(
+            conv, content, role, system, now_s, conv.last_end_s, tool_call=tool_call, chained=True
+        )
 
     def _begin_completions(self, body: dict, key: str | None, now_s: float) -> PendingTurn | None:
         prompt = body.get("prompt")
@@ -192,8 +249,21 @@ class SessionAssembler:
         return PendingTurn(conv, content, "user", "", now_s, conv.last_end_s, prompt=prompt)
 
     # --- replies ------------------------------------------------------------------------------------
-    def complete(self, pending: PendingTurn, *, output_tokens: int, reply_text: str, now_s: float) -> None:
-        """The reply finished: record the turn and move the conversation's history on."""
+    def complete(
+        self,
+        pending: PendingTurn,
+        *,
+        output_tokens: int,
+        reply_text: str,
+        now_s: float,
+        response_id: str | None = None,
+        reply_calls: dict[str, str] | None = None,
+    ) -> None:
+        """The reply finished: record the turn and move the conversation's history on.
+
+        ``response_id`` (a Responses reply's id) is what a later request's ``previous_response_id``
+        names; ``reply_calls`` (call id -> tool name) are the tool calls the reply made, for a
+        chained request's tool results (``reply.Reply`` carries both)."""
         conv = pending.conversation
         self._settle(conv, now_s)
         think = 0.0
@@ -203,14 +273,18 @@ class SessionAssembler:
             conv.system_prompt = pending.system_prompt
             conv.session_id = self._session_id(conv)
             conv.arrival_s = pending.t_request_s
-        conv.turns.append(CapturedTurn(pending.content, pending.role, max(1, output_tokens), think))
+        conv.turns.append(
+            CapturedTurn(pending.content, pending.role, max(1, output_tokens), think, pending.tool_call)
+        )
         self._changed[conv.seq] = conv
         self.stats.turns += 1
-        if conv.endpoint == CHAT:
+        if conv.endpoint in MESSAGE_APIS:
             self._index(conv, remove=True)
-            conv.history_len = pending.history_len
-            conv.history_digest = pending.history_digest
+            conv.chained = pending.chained
+            conv.history_len = 0 if pending.chained else pending.history_len
+            conv.history_digest = None if pending.chained else pending.history_digest
             self._index(conv)
+            self._index_response(conv, response_id, reply_calls)
         else:
             conv.history_prompt = pending.prompt
             conv.last_reply = reply_text
@@ -268,6 +342,7 @@ class SessionAssembler:
         if conv.superseded:
             self._superseded.remove(conv)
         self._index(conv, remove=True)
+        self._index_response(conv, None, None)
         if conv.key is not None and self._by_key.get((conv.endpoint, conv.key)) is conv:
             del self._by_key[(conv.endpoint, conv.key)]
 
@@ -284,6 +359,7 @@ class SessionAssembler:
         conv.superseded = True
         self._superseded.append(conv)
         self._index(conv, remove=True)
+        self._index_response(conv, None, None)
         if conv.key is not None and self._by_key.get((conv.endpoint, conv.key)) is conv:
             del self._by_key[(conv.endpoint, conv.key)]
 
@@ -299,6 +375,18 @@ class SessionAssembler:
                 del self._by_history[conv.history_digest]
         elif not conv.superseded:
             bucket.append(conv)
+
+    def _index_response(
+        self, conv: Conversation, response_id: str | None, calls: dict[str, str] | None
+    ) -> None:
+        """A conversation is found by its last recorded response's id (None: by none)."""
+        old = conv.last_response_id
+        if old is not None and self._by_response.get(old) is conv:
+            del self._by_response[old]
+        conv.last_response_id = response_id
+        conv.reply_calls = calls
+        if response_id is not None and not conv.superseded:
+            self._by_response[response_id] = conv
 
     def _session_id(self, conv: Conversation) -> str:
         if self.keep_keys and conv.key is not None:
@@ -326,10 +414,15 @@ def _added_messages(conv: Conversation, msgs: list[Message], digests: list[bytes
     n = conv.history_len
     if n == 0 or len(msgs) <= n or digests[n - 1] != conv.history_digest:
         return None
-    added = msgs[n:]
-    if added[0].role == "assistant":
-        added = added[1:]
-    return added or None
+    return _without_reply(msgs[n:]) or None
+
+
+def _without_reply(added: list[Message]) -> list[Message]:
+    """``added`` less the assistant reply it starts with (the server produced it)."""
+    i = 0
+    while i < len(added) and added[i].role == "assistant":
+        i += 1
+    return added[i:]
 
 
 def _added_text(conv: Conversation, prompt: str) -> str | None:

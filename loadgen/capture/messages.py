@@ -27,6 +27,17 @@ class Message:
     role: str
     text: str
     digest: bytes
+    call_id: str | None = None  # a tool result: the id of the call it answers
+    calls: dict[str, str] | None = None  # an assistant message: its tool calls, id -> tool name
+
+
+def make_message(
+    role: str, text: str, *, call_id: str | None = None, calls: dict[str, str] | None = None, name: Any = None
+) -> Message:
+    """A message and its digest (role, text, the call it answers, the sender ``name``)."""
+    identity = [role, text, call_id, name]
+    digest = hashlib.blake2b(orjson.dumps(identity, default=str), digest_size=16).digest()
+    return Message(role, text, digest, call_id, calls)
 
 
 def parse_messages(raw: Any) -> list[Message] | None:
@@ -45,16 +56,18 @@ def _message(m: dict) -> Message:
     role = m["role"]
     text = _content_text(m.get("content"))
     calls = m.get("tool_calls")
+    names: dict[str, str] = {}
     if isinstance(calls, list) and calls:
         call_texts = []
         for call in calls:
             fn = call.get("function") if isinstance(call, dict) else None
             if isinstance(fn, dict):
                 call_texts.append(f"{fn.get('name') or ''}({fn.get('arguments') or ''})")
+                if isinstance(call.get("id"), str) and isinstance(fn.get("name"), str):
+                    names[call["id"]] = fn["name"]
         text = "\n".join(t for t in (text, *call_texts) if t)
-    identity = [role, text, m.get("tool_call_id"), m.get("name")]
-    digest = hashlib.blake2b(orjson.dumps(identity, default=str), digest_size=16).digest()
-    return Message(role, text, digest)
+    call_id = m.get("tool_call_id")
+    return make_message(role, text, call_id=call_id, calls=names or None, name=m.get("name"))
 
 
 def _content_text(content: Any) -> str:
@@ -93,3 +106,18 @@ def turn_text(messages: Sequence[Message]) -> tuple[str, str]:
     """
     role = "tool" if messages and all(m.role == "tool" for m in messages) else "user"
     return MESSAGE_SEPARATOR.join(m.text for m in messages if m.text), role
+
+
+def answered_tool(added: Sequence[Message], history: Sequence[Message]) -> str | None:
+    """The tool a tool-result turn answers: the name of the call its first result names, looked
+    up in the assistant messages of ``history`` (latest first); None for other turns, or when
+    the call is not in the history (the reply that made it was not resent)."""
+    if not added or any(m.role != "tool" for m in added):
+        return None
+    call_id = added[0].call_id
+    if call_id is None:
+        return None
+    for m in reversed(history):
+        if m.calls and call_id in m.calls:
+            return m.calls[call_id] or None
+    return None
