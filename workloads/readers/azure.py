@@ -16,17 +16,16 @@ Each row is a one-turn session, in arrival order (ties keep file order).
 from __future__ import annotations
 
 import csv
-import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from workloads.arrivals import csv_time_values
 from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
-from workloads.readers.base import WorkloadReader, open_text, whole_number
+from workloads.readers.base import WorkloadReader, whole_number
+from workloads.readers.stream import CsvTimes, TraceRow, iter_text_lines
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -43,11 +42,12 @@ class AzureReader(WorkloadReader):
     def sniff(cls, path: Path, first: Any) -> bool:
         return isinstance(first, list) and {c.strip().lower() for c in first} >= set(COLUMNS)
 
-    def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
+    def iter_rows(self, path: Path, options: Mapping[str, str]) -> Iterator[TraceRow]:
+        """The trace's rows in file order, each validated as it is read (``workloads.readers.stream``)."""
         where = str(path)
         self.check_options(options, where)
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
-        reader = csv.reader(io.StringIO(open_text(path, "Azure trace")))
+        reader = csv.reader(iter_text_lines(path, "Azure trace"))
         header = [h.strip().lower() for h in next(reader, None) or []]
         missing = [c for c in COLUMNS if c not in header]
         if missing:
@@ -56,41 +56,51 @@ class AzureReader(WorkloadReader):
                 f"{where} line 1: no {missing[0]} column (found {found}); "
                 "give a CSV with TIMESTAMP, ContextTokens and GeneratedTokens"
             )
-        col = {c: header.index(c) for c in COLUMNS}
-        rows: list[tuple[int, str, int, int]] = []
+        i_time, i_in, i_out = (header.index(c) for c in COLUMNS)
+        width = len(header)
+        times = CsvTimes(path)
+        stem = path.stem
+        any_row = False
         for lineno, row in enumerate(reader, start=2):
             if not row or not any(cell.strip() for cell in row):
                 continue
             at = f"{where} line {lineno}"
-            if len(row) < len(header):
-                raise WorkloadError(f"{at}: {len(row)} columns, the header has {len(header)}; give every column")
-            n_in = whole_number(_int(row[col["contexttokens"]]), where=f"{at}: ContextTokens", at_least=0)
-            n_out = whole_number(_int(row[col["generatedtokens"]]), where=f"{at}: GeneratedTokens", at_least=0)
-            rows.append((lineno, row[col["timestamp"]].strip(), n_in, n_out))
-        if not rows:
-            raise WorkloadError(f"{where}: holds no requests; give one CSV row per request under the header")
-        times = csv_time_values(path, ((lineno, cell) for lineno, cell, _, _ in rows))
-        order = sorted(range(len(rows)), key=lambda i: times[i])
-        t0 = times[order[0]]
-        records = []
-        for i in order:
-            lineno, _, n_in, n_out = rows[i]
-            records.append(
+            if len(row) < width:
+                raise WorkloadError(f"{at}: {len(row)} columns, the header has {width}; give every column")
+            n_in = whole_number(_int(row[i_in]), where=f"{at}: ContextTokens", at_least=0)
+            n_out = whole_number(_int(row[i_out]), where=f"{at}: GeneratedTokens", at_least=0)
+            t_s = times.seconds(lineno, row[i_time].strip())
+            any_row = True
+            yield TraceRow(
+                lineno,
+                t_s,
                 {
-                    "id": f"{path.stem}-L{lineno}",
+                    "id": f"{stem}-L{lineno}",
                     "tenant": tenant,
                     "turns": [{"tokens": max(1, n_in), "max_tokens": max(1, n_out), "role": "user"}],
-                }
+                    "context_tokens": n_in,
+                },
             )
-        offsets = np.array([times[i] - t0 for i in order], dtype=np.float64)
+        if not any_row:
+            raise WorkloadError(f"{where}: holds no requests; give one CSV row per request under the header")
+
+    def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
+        rows = sorted(self.iter_rows(path, options), key=lambda r: r.time_s)  # stable: ties keep file order
+        t0 = rows[0].time_s
+        zero_context = 0
+        records = []
+        for r in rows:
+            zero_context += r.record.pop("context_tokens") == 0
+            records.append(r.record)
+        offsets = np.array([r.time_s - t0 for r in rows], dtype=np.float64)
         return DatasetWorkload(
             records,
             kind=self.name,
             name=path.stem,
-            source=where,
+            source=str(path),
             options=dict(options),
             offsets_s=offsets,
-            stats={"zero_context_rows": sum(1 for r in rows if r[2] == 0)},
+            stats={"zero_context_rows": zero_context},
             tokenizer=tokenizer,
         )
 

@@ -20,9 +20,8 @@ one-turn session at its timestamp, in arrival order (ties keep file order).
 from __future__ import annotations
 
 import csv
-import io
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,8 @@ import numpy as np
 from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.readers.azure import _int
-from workloads.readers.base import WorkloadReader, open_text, short, whole_number
+from workloads.readers.base import WorkloadReader, short, whole_number
+from workloads.readers.stream import TraceRow, iter_text_lines
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -59,13 +59,15 @@ class BurstGPTReader(WorkloadReader):
     def sniff(cls, path: Path, first: Any) -> bool:
         return isinstance(first, list) and {c.strip().lower() for c in first} >= {"request tokens", "response tokens"}
 
-    def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
+    def iter_rows(self, path: Path, options: Mapping[str, str], dropped: dict[str, int] | None = None) -> Iterator[TraceRow]:
+        """The rows kept, in file order, each validated as it is read; ``dropped`` counts the rows
+        left out by reason (``workloads.readers.stream``)."""
         where = str(path)
         self.check_options(options, where)
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
         keep_model = _choices(options.get("model"))
         keep_log = _choices(options.get("log_type"))
-        reader = csv.reader(io.StringIO(open_text(path, "BurstGPT trace")))
+        reader = csv.reader(iter_text_lines(path, "BurstGPT trace"))
         header = [h.strip().lower() for h in next(reader, None) or []]
         missing = [c for c in COLUMNS if c not in header]
         if missing:
@@ -75,9 +77,12 @@ class BurstGPTReader(WorkloadReader):
                 "Timestamp, Model, Request tokens, Response tokens, Total tokens and Log Type"
             )
         col = {c: header.index(c) for c in COLUMNS}
-        dropped = {"model": 0, "log_type": 0, "zero_response_tokens": 0}
-        rows: list[tuple[float, int, int, int]] = []
-        zero_request = 0
+        if dropped is None:
+            dropped = {}
+        for key in ("model", "log_type", "zero_response_tokens"):
+            dropped.setdefault(key, 0)
+        stem = path.stem
+        kept = 0
         for lineno, row in enumerate(reader, start=2):
             if not row or not any(cell.strip() for cell in row):
                 continue
@@ -96,29 +101,38 @@ class BurstGPTReader(WorkloadReader):
             if n_out == 0:
                 dropped["zero_response_tokens"] += 1
                 continue
-            zero_request += n_in == 0
-            rows.append((t, lineno, n_in, n_out))
-        if not rows:
-            kept = ", ".join(f"{v} by {k}" for k, v in dropped.items() if v) or "the file has none"
-            raise WorkloadError(
-                f"{where}: no requests left to replay ({kept} left out); check the model and log_type workload options"
+            kept += 1
+            yield TraceRow(
+                lineno,
+                t,
+                {
+                    "id": f"{stem}-L{lineno}",
+                    "tenant": tenant,
+                    "turns": [{"tokens": max(1, n_in), "max_tokens": n_out, "role": "user"}],
+                    "request_tokens": n_in,
+                },
             )
-        rows.sort(key=lambda r: r[0])  # stable: ties keep file order
-        t0 = rows[0][0]
-        records = [
-            {
-                "id": f"{path.stem}-L{lineno}",
-                "tenant": tenant,
-                "turns": [{"tokens": max(1, n_in), "max_tokens": n_out, "role": "user"}],
-            }
-            for _, lineno, n_in, n_out in rows
-        ]
-        offsets = np.array([r[0] - t0 for r in rows], dtype=np.float64)
+        if not kept:
+            left = ", ".join(f"{v} by {k}" for k, v in dropped.items() if v) or "the file has none"
+            raise WorkloadError(
+                f"{where}: no requests left to replay ({left} left out); check the model and log_type workload options"
+            )
+
+    def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
+        dropped: dict[str, int] = {}
+        rows = sorted(self.iter_rows(path, options, dropped), key=lambda r: r.time_s)  # stable: ties keep file order
+        t0 = rows[0].time_s
+        zero_request = 0
+        records = []
+        for r in rows:
+            zero_request += r.record.pop("request_tokens") == 0
+            records.append(r.record)
+        offsets = np.array([r.time_s - t0 for r in rows], dtype=np.float64)
         return DatasetWorkload(
             records,
             kind=self.name,
             name=path.stem,
-            source=where,
+            source=str(path),
             options=dict(options),
             offsets_s=offsets,
             stats={"dropped": {k: v for k, v in dropped.items() if v}, "zero_request_rows": zero_request},

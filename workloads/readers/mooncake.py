@@ -16,8 +16,9 @@ shared blocks). Sessions are in arrival order; ties keep file order.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ import numpy as np
 from workloads.blocks import blocks_needed, split_blocks
 from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
-from workloads.readers.base import WorkloadReader, iter_json_lines, open_text, option_int, short, whole_number
+from workloads.readers.base import WorkloadReader, option_int, short, whole_number
+from workloads.readers.stream import TraceRow, iter_text_lines
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -54,16 +56,23 @@ class MooncakeReader(WorkloadReader):
         # AIPerf's rows without hash_ids
         return "output_length" in first and ("input_length" in first or "text_input" in first)
 
-    def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
+    def iter_rows(self, path: Path, options: Mapping[str, str]) -> Iterator[TraceRow]:
+        """The trace's rows in file order, each validated as it is read (``workloads.readers.stream``)."""
         where = str(path)
         self.check_options(options, where)
-        block_size = option_int(options, "block_size", DEFAULT_BLOCK_SIZE, where=where, at_least=1)
-        assert block_size is not None
+        block_size = self.block_size(options, where)
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
-        text = open_text(path, "Mooncake trace")
-        rows: list[tuple[float, dict[str, Any], int]] = []
+        stem = path.stem
         timed: int | None = None  # the first line's: with or without a timestamp
-        for lineno, obj in iter_json_lines(path, text):
+        for lineno, line in enumerate(iter_text_lines(path, "Mooncake trace"), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise WorkloadError(
+                    f"{path} line {lineno}: not valid JSON ({e.msg} at column {e.colno}); give one JSON object per line"
+                ) from None
             at = f"{where} line {lineno}"
             t_s, rec = _row(obj, at, block_size)
             has_ts = t_s is not None
@@ -75,17 +84,29 @@ class MooncakeReader(WorkloadReader):
                     f"{at}: timestamp: {'given' if has_ts else 'missing'} but line {first_line} has "
                     f"{'one' if timed > 0 else 'none'}; give timestamp on every line or on none"
                 )
-            rows.append((t_s or 0.0, rec, lineno))
-        if not rows:
+            rec["id"] = f"{stem}-L{lineno}"
+            rec["tenant"] = tenant
+            yield TraceRow(lineno, t_s, rec)
+        if timed is None:
             raise WorkloadError(f"{where}: holds no requests; give one JSON object per line")
-        rows.sort(key=lambda r: r[0])  # stable: ties keep file order
-        t0 = rows[0][0]
+
+    @staticmethod
+    def block_size(options: Mapping[str, str], where: str) -> int:
+        """The ``block_size`` option: prompt tokens per hash id."""
+        block_size = option_int(options, "block_size", DEFAULT_BLOCK_SIZE, where=where, at_least=1)
+        assert block_size is not None
+        return block_size
+
+    def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
+        rows = sorted(self.iter_rows(path, options), key=lambda r: r.time_s or 0.0)  # stable: ties keep file order
+        block_size = self.block_size(options, str(path))
+        timed = rows[0].time_s is not None
+        t0 = rows[0].time_s or 0.0
         records = []
         seen: set[int] = set()
         reused_tokens = total_tokens = 0
-        for _, rec, lineno in rows:
-            rec["id"] = f"{path.stem}-L{lineno}"
-            rec["tenant"] = tenant
+        for row in rows:
+            rec = row.record
             records.append(rec)
             # Prefix reuse as a prefix cache sees it: leading blocks already sent by an earlier request.
             blocks = rec["turns"][0].get("blocks")
@@ -100,7 +121,7 @@ class MooncakeReader(WorkloadReader):
                     break
                 reused_tokens += n
             seen.update(b for b, _ in blocks)
-        offsets = np.array([r[0] - t0 for r in rows], dtype=np.float64) if timed and timed > 0 else None
+        offsets = np.array([(r.time_s or 0.0) - t0 for r in rows], dtype=np.float64) if timed else None
         stats: dict[str, Any] = {"block_size": block_size}
         if seen:  # rows without hash_ids (AIPerf's) say nothing about reuse
             stats["unique_blocks"] = len(seen)
@@ -109,7 +130,7 @@ class MooncakeReader(WorkloadReader):
             records,
             kind=self.name,
             name=path.stem,
-            source=where,
+            source=str(path),
             options=dict(options),
             offsets_s=offsets,
             block_size=block_size,
