@@ -67,6 +67,25 @@ def _pin(pid: int, cores: set[int]) -> None:
         os.sched_setaffinity(int(tid), cores)
 
 
+def _children(pid: int) -> list[int]:
+    """The capture's own child processes (its assembler process)."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            out.extend(int(c) for c in f.read().split())
+    return out
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument(
@@ -105,11 +124,13 @@ def main() -> None:
             ["--upstream", sim.url, "--out", str(out), *(["--redact"] if args.redact else [])]
         )
         paths = [("direct", [sim.url], None), ("capture proxy", [cap.url], cap.proc.pid)]
+        helpers = _children(cap.proc.pid)  # the assembler process, beside the relay
         if args.pin:
             cores = sorted(os.sched_getaffinity(0))
             if len(cores) < 2:
                 ap.error("--pin needs at least two cores")
-            _pin(cap.proc.pid, {cores[-1]})
+            for pid in (cap.proc.pid, *helpers):
+                _pin(pid, {cores[-1]})
             for pid in (sim.proc.pid, os.getpid()):
                 _pin(pid, set(cores[:-1]))
         print(
@@ -127,7 +148,9 @@ def main() -> None:
         results = {}
         for streams in concurrencies:
             for name, urls, pid in paths:
+                helper_cpu_s = _cpu_s(helpers)
                 r = measure(name, urls, [sim.url], streams, args, pid)
+                r["helper_cpu_s"] = _cpu_s(helpers) - helper_cpu_s
                 results[(name, streams)] = r
                 cpu = "" if r["cpu_share"] is None else f"{r['cpu_share']:.0%}"
                 per = "" if r["cpu_us_per_chunk"] is None else f"{r['cpu_us_per_chunk']:.1f}"
@@ -142,6 +165,14 @@ def main() -> None:
             d_ttft = (r["ttft_added"][0] - base["ttft_added"][0], r["ttft_added"][1] - base["ttft_added"][1])
             d_tok = (r["delivery"][0] - base["delivery"][0], r["delivery"][1] - base["delivery"][1])
             print(f"{streams:>7} streams  TTFT {_fmt(d_ttft)}   per chunk (token delivery) {_fmt(d_tok)}")
+        if helpers:
+            print("\nthe assembler process (parsing and sessions, beside the relay; us of CPU per chunk)")
+            for streams in concurrencies:
+                r = results[("capture proxy", streams)]
+                # Its CPU is read around the whole point, warm-up included (it lags a little).
+                chunks = r["chunks_per_s"] * (args.warmup + args.duration)
+                per = r["helper_cpu_s"] / chunks * 1e6 if chunks else 0.0
+                print(f"{streams:>7} streams  {per:.1f}")
     finally:
         if cap is not None:
             cap.stop()

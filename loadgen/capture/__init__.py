@@ -1,11 +1,13 @@
 """``loadgen capture``: a forwarding proxy that records live agent traffic as a session file.
 
-Modules: ``messages`` (what a chat request says), ``assembly`` (requests into sessions, pure),
-``reply`` (a reply's output length, read on the side), ``redact`` (same-shape filler),
-``writer`` (the crash-safe session file), ``proxy`` (the aiohttp server), ``upstream`` (its
-kept-alive connections to the server, relaying a reply piece by piece), ``service`` (flags,
-serving, periodic writes). docs/workloads.md "Capturing live traffic" is the user's guide.
-"""
+Two processes. The relay only moves bytes: ``proxy`` (the aiohttp server, on uvloop),
+``upstream`` (its kept-alive connections to the server, relaying a reply piece by piece), ``feed``
+(each recorded exchange as events, sent in batches over a pipe), ``service`` (flags, serving,
+starting the other process). The assembler process (``assembler_process``) parses and records:
+``recorder`` (events into turns), ``messages`` (what a chat request says), ``assembly`` (requests
+into sessions, pure), ``reply`` (a reply's output length), ``redact`` (same-shape filler),
+``writer`` (the crash-safe session file). docs/workloads.md "Capturing live traffic" is the
+user's guide."""
 
 from loadgen.capture.assembly import CaptureStats, SessionAssembler
 from loadgen.capture.redact import redact

@@ -1,25 +1,25 @@
-"""The capture proxy: forwards every request to the upstream unchanged and records chat turns.
+"""The capture proxy's relay: forwards every request to the upstream unchanged, and only moves bytes.
 
 Every method and path is forwarded (``/v1/models``, ``/health``, ``/metrics`` too). The request
 body goes upstream as received; the reply's status, headers (less hop-by-hop ones) and body bytes
-come back as the upstream sent them, each chunk written to the client as soon as it arrives, then
-read on the side by a ``ReplyMeter``. ``POST`` bodies of ``/v1/chat/completions`` and
-``/v1/completions`` also go to the ``SessionAssembler``.
+come back as the upstream sent them, each chunk written to the client as soon as it arrives.
+Nothing is parsed here: for ``POST`` of ``/v1/chat/completions`` and ``/v1/completions`` the
+request, the reply's head and every piece the client got (with when it went out) go to an
+``ExchangeFeed`` (``feed.py``), which hands them to the assembler process in batches.
 
 aiohttp serves the client and writes the reply's head; the body's pieces go from the upstream
 connection's read callback (``upstream.py``) straight to the client's transport (in the upstream's
 own chunk when a read was exactly one, else framed here), so a streamed token costs one socket
-read, one socket write and the meter's line split, with no coroutine step; the meter parses the
-lines later, a slice at a time between relays (``reply.ParseBacklog``). A client slower than the
+read, one socket write and a list append, with no coroutine step. A client slower than the
 upstream pauses the upstream's reading until it catches up; one that reads nothing for the read
 timeout is cut.
 
 Failures: an upstream that cannot be reached gets the client a 502 with an OpenAI-style error
 body; an upstream error reply (any non-2xx) is passed through as it is; an upstream that breaks
 off mid-reply has the client connection cut too, so the client sees a cut, not a clean end. A
-client that goes away mid-reply cancels the upstream request (its connection is closed). In every
-such case the turn is dropped, never half-recorded, unless the stream's ``[DONE]`` had already gone
-by: then the reply was whole and it counts.
+client that goes away mid-reply cancels the upstream request (its connection is closed). The
+exchange's end event says which of these happened (``feed.OUTCOMES``); the assembler decides what
+is recorded.
 """
 
 from __future__ import annotations
@@ -32,8 +32,15 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
-from loadgen.capture.assembly import CHAT, COMPLETIONS, PendingTurn, SessionAssembler
-from loadgen.capture.reply import ParseBacklog, ReplyMeter
+from loadgen.capture.assembly import CHAT, COMPLETIONS
+from loadgen.capture.feed import (
+    CLIENT_LEFT,
+    LEFT_BEFORE_HEAD,
+    REPLIED,
+    UNREACHABLE,
+    UPSTREAM_BROKE,
+    ExchangeFeed,
+)
 from loadgen.capture.upstream import UpstreamError, UpstreamPool, UpstreamReply
 
 # RFC 9110 7.6.1 connection-specific fields, plus the framing ones each hop sets for itself.
@@ -59,20 +66,30 @@ def endpoint_of(method: str, path: str) -> str | None:
     return None
 
 
+class _Exchange:
+    """A recorded exchange on the wire: its id in the feed (0: not recorded) and how it ended."""
+
+    __slots__ = ("outcome", "xid")
+
+    def __init__(self, xid: int) -> None:
+        self.xid = xid
+        self.outcome = LEFT_BEFORE_HEAD  # until the reply's head is in
+
+
 class CaptureProxy:
-    """The aiohttp application of the proxy; its upstream connections close with it."""
+    """The aiohttp application of the relay; its upstream connections close with it."""
 
     def __init__(
         self,
         upstream: URL,
-        assembler: SessionAssembler,
+        feed: ExchangeFeed,
         *,
         session_header: str,
         connect_timeout_s: float,
         read_timeout_s: float,
     ) -> None:
         self.upstream = upstream
-        self.assembler = assembler
+        self.feed = feed
         self.session_header = session_header
         self.read_timeout_s = read_timeout_s  # also how long a client may leave the reply unread
         # Only the client's own headers go upstream (an added Accept-Encoding would get the client
@@ -80,7 +97,6 @@ class CaptureProxy:
         self._upstream = UpstreamPool(
             upstream, connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s
         )
-        self._backlog: ParseBacklog | None = None  # made on the loop, at the first reply
         self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.app.on_cleanup.append(self._close_upstream)
@@ -89,68 +105,60 @@ class CaptureProxy:
         self._upstream.close()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        t_request = time.monotonic()
+        t_request_ns = time.monotonic_ns()
         body = await request.read()
-        obj, pending = self._begin(request, body, t_request)
+        endpoint = endpoint_of(request.method, request.path)
+        xid = 0
+        if endpoint is not None:
+            key = request.headers.get(self.session_header)
+            xid = self.feed.begin(t_request_ns, endpoint, key, body)
+        ex = _Exchange(xid)
+        try:
+            return await self._forward(request, body, ex)
+        finally:
+            if xid:
+                self.feed.end(xid, time.monotonic_ns(), ex.outcome)
+
+    async def _forward(self, request: web.Request, body: bytes, ex: _Exchange) -> web.StreamResponse:
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         try:
             upstream = await self._upstream.request(request.method, request.raw_path, headers, body)
-        except asyncio.CancelledError:  # the client left while the upstream had not answered yet
-            self._drop(pending, cut=True)
-            raise
         except UpstreamError as e:
-            self._drop(pending, cut=False)
+            ex.outcome = UNREACHABLE
             return web.Response(
                 status=502,
                 body=orjson.dumps({"error": {"message": f"capture proxy: upstream unreachable: {e}",
                                              "type": "bad_gateway", "code": 502}}),
                 content_type="application/json",
             )  # fmt: skip
+        # (cancelled while the upstream had not answered: the outcome stays LEFT_BEFORE_HEAD)
         try:
-            return await self._relay(request, upstream, pending, _asks_usage(obj))
+            return await self._relay(request, upstream, ex)
         finally:
             upstream.release()  # to the pool if read to its end, else closed (which stops the upstream)
 
-    def _begin(
-        self, request: web.Request, body: bytes, t_request: float
-    ) -> tuple[object, PendingTurn | None]:
-        """The request body's JSON (None when there is none) and the turn it begins, if any."""
-        endpoint = endpoint_of(request.method, request.path)
-        if endpoint is None:
-            return None, None
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            obj = None
-        return obj, self.assembler.begin(endpoint, obj, request.headers.get(self.session_header), t_request)
-
-    async def _relay(
-        self, request: web.Request, upstream: UpstreamReply, pending: PendingTurn | None, usage_asked: bool
-    ) -> web.StreamResponse:
+    async def _relay(self, request: web.Request, upstream: UpstreamReply, ex: _Exchange) -> web.StreamResponse:
         resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for k, v in upstream.headers.items():
             if k.lower() not in HOP_BY_HOP:
                 resp.headers.add(k, v)
         if upstream.content_length is not None:
             resp.content_length = upstream.content_length
-        meter = None
-        if pending is not None and 200 <= upstream.status < 300:
-            if self._backlog is None:
-                self._backlog = ParseBacklog(asyncio.get_running_loop())
-            meter = ReplyMeter(
-                CHAT if pending.prompt is None else COMPLETIONS,
-                content_type=upstream.headers.get("Content-Type", ""),
-                content_encoding=upstream.headers.get("Content-Encoding", ""),
-                backlog=self._backlog,
-                usage_asked=usage_asked,
-            )
-        sink = None
+        xid = ex.xid
+        if xid:
+            self.feed.head(
+                xid, upstream.status, upstream.headers.get("Content-Type", ""),
+                upstream.headers.get("Content-Encoding", ""),
+            )  # fmt: skip
+            if not 200 <= upstream.status < 300:
+                xid = 0  # an error reply is never recorded: its body need not travel
+        ex.outcome = CLIENT_LEFT  # until the reply is whole
         try:
             writer = await resp.prepare(request)
             transport = request.transport
             if writer is None or transport is None:
                 raise ConnectionResetError("the client left before the reply's head went out")
-            sink = _ClientSink(transport, request.protocol, writer.chunked, meter, upstream)
+            sink = _ClientSink(transport, request.protocol, writer.chunked, self.feed, xid, upstream)
             upstream.start(sink.write)
             while not await upstream.wait():  # False: reading paused until the client catches up
                 if sink.client_gone:
@@ -167,82 +175,41 @@ class CaptureProxy:
             await resp.write_eof()
         except UpstreamError:
             # The upstream broke off: cut the client too rather than end the reply cleanly.
-            if meter is not None and meter.stream_done:  # after its [DONE]: the reply is whole
-                self._settle(pending, meter, client_left=False, t_done=sink.t_done if sink else None)
-            else:
-                self._drop(pending, cut=False)
+            ex.outcome = UPSTREAM_BROKE
             if request.transport is not None:
                 request.transport.close()
             return resp
         except ConnectionError:  # the client went away: a write failed
-            self._settle(pending, meter, client_left=True, t_done=sink.t_done if sink else None)
             return resp
-        except asyncio.CancelledError:  # the client went away while we waited (or shutdown)
-            self._settle(pending, meter, client_left=True, t_done=sink.t_done if sink else None)
-            raise
-        self._settle(pending, meter, client_left=False, t_done=sink.t_done)
+        ex.outcome = REPLIED
         return resp
-
-    def _settle(
-        self,
-        pending: PendingTurn | None,
-        meter: ReplyMeter | None,
-        *,
-        client_left: bool,
-        t_done: float | None,
-    ) -> None:
-        """Record the turn if its reply is whole. A client may hang up right after ``[DONE]``,
-        before the end of the body: that reply was complete and counts. The reply ended when its
-        ``[DONE]`` went to the client (the body's end may come later), else at the body's end."""
-        if pending is None:
-            return
-        if client_left and (meter is None or not meter.stream_done):
-            self._drop(pending, cut=True)
-            return
-        reply = meter.finish() if meter is not None else None
-        if reply is None:
-            self._drop(pending, cut=False)
-        else:
-            t_end = t_done if t_done is not None else time.monotonic()
-            self.assembler.complete(
-                pending, output_tokens=reply.output_tokens, reply_text=reply.text, now_s=t_end
-            )
-
-    def _drop(self, pending: PendingTurn | None, *, cut: bool) -> None:
-        if pending is not None:
-            self.assembler.drop(pending, cut=cut, now_s=time.monotonic())
-
-
-def _asks_usage(obj: object) -> bool:
-    """Whether a request asked for the stream's usage (``stream_options.include_usage``)."""
-    opts = obj.get("stream_options") if type(obj) is dict else None
-    return type(opts) is dict and opts.get("include_usage") is True
 
 
 class _ClientSink:
     """Writes each piece of the upstream's body to the client's transport as it arrives (in
-    HTTP/1.1 chunked framing when aiohttp chose it for the reply), then feeds the meter.
+    HTTP/1.1 chunked framing when aiohttp chose it for the reply), then hands it to the feed.
 
     It runs inside the upstream connection's read callback. A client whose transport closed, or
     whose write buffer is past its high-water mark, pauses the upstream (``UpstreamReply.pause``);
-    the relay then drains or ends."""
+    the relay then drains or ends. Only pieces the client was sent go to the feed."""
 
-    __slots__ = ("_chunked", "_meter", "_protocol", "_transport", "_upstream", "client_gone", "t_done")
+    __slots__ = ("_chunked", "_feed", "_protocol", "_transport", "_upstream", "_xid", "client_gone")
 
     def __init__(
         self,
         transport: asyncio.Transport,
         protocol: RequestHandler,
         chunked: bool,
-        meter: ReplyMeter | None,
+        feed: ExchangeFeed,
+        xid: int,
         upstream: UpstreamReply,
     ) -> None:
         self._transport = transport
         self._protocol = protocol
         self._chunked = chunked
-        self._meter = meter
+        self._feed = feed
+        self._xid = xid  # 0: the pieces are not recorded
         self._upstream = upstream
-        self.t_done: float | None = None  # when the piece holding the stream's [DONE] went out
         self.client_gone = False
 
     def write(self, data: bytes, chunk: bytes | None = None) -> None:
@@ -254,14 +221,11 @@ class _ClientSink:
         out = data
         if self._chunked:  # the upstream's own chunk when it came as one, else framed here
             out = chunk if chunk is not None else b"%x\r\n%b\r\n" % (len(data), data)
-        meter = self._meter
-        if meter is None:
+        if self._xid:
+            t_piece_ns = time.monotonic_ns()  # stamped before the write: never after the client has it
             transport.write(out)
+            self._feed.chunk(self._xid, t_piece_ns, data)
         else:
-            t_piece = time.monotonic()  # stamped before the write: never after the client has it
             transport.write(out)
-            meter.feed(data)
-            if self.t_done is None and meter.stream_done:
-                self.t_done = t_piece
         if self._protocol.writing_paused:
             self._upstream.pause()

@@ -1,35 +1,39 @@
-"""``loadgen capture``: check the flags, serve the proxy, write the session file every second.
+"""``loadgen capture``: check the flags, serve the relay, start the assembler process beside it.
 
-SIGINT or SIGTERM stop it: no new connections, replies on the wire get ``DRAIN_TIMEOUT_S`` to
-finish (then they are cut and dropped), every conversation is closed and written, and a summary
-line is printed.
+Two processes: this one relays (aiohttp on uvloop, ``proxy.py``) and only moves bytes; the
+assembler process (``assembler_process.py``), fed the exchanges through a pipe, parses them,
+keeps the sessions and writes the session file every second. SIGINT or SIGTERM stop it: no new
+connections, replies on the wire get ``DRAIN_TIMEOUT_S`` to finish (then they are cut and
+dropped), the pipe is closed, and the assembler closes every conversation, writes them and prints
+the summary line.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import uvloop
 from aiohttp import web
 from yarl import URL
 
-from loadgen.capture.assembly import SessionAssembler
+from loadgen.capture.assembler_process import AssemblerConfig
+from loadgen.capture.feed import ExchangeFeed
 from loadgen.capture.proxy import CaptureProxy
-from loadgen.capture.redact import redact
-from loadgen.capture.writer import SessionRenderer, SessionSnapshot, SessionWriter
+from loadgen.capture.writer import SessionWriter
 from loadgen.errors import UserError
 from targets.quiet_gc import quiet_gc
 
 LISTENING_PREFIX = "loadgen-capture listening on "
-WRITE_INTERVAL_S = 1.0
 DRAIN_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
+ASSEMBLER_EXIT_TIMEOUT_S = 120.0  # its last write of a long capture
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,23 +111,22 @@ def run_capture(opts: CaptureOptions) -> int:
     if not opts.session_header.strip():
         raise UserError("--session-header is empty; give a header name such as X-Session-ID")
     try:
-        writer = SessionWriter(path)
+        SessionWriter(path).close()  # created here, so a bad path is the user's error, not the child's
     except OSError as e:
         raise UserError(f"--out {opts.out}: cannot write ({e.strerror}); pick a path you can write") from None
     try:
-        return asyncio.run(_serve(opts, host, port, upstream, writer))
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(_serve(opts, host, port, upstream, path))
     except UserError:
         path.unlink(missing_ok=True)  # it could not listen: leave no empty file behind
         raise
-    finally:
-        writer.close()
 
 
-async def _serve(opts: CaptureOptions, host: str, port: int, upstream: URL, writer: SessionWriter) -> int:
+async def _serve(opts: CaptureOptions, host: str, port: int, upstream: URL, path: Path) -> int:
     origin_s = time.monotonic()
-    assembler = SessionAssembler(idle_timeout_s=opts.idle_timeout_s, keep_keys=not opts.redact)
+    feed = ExchangeFeed()
     proxy = CaptureProxy(
-        upstream, assembler, session_header=opts.session_header,
+        upstream, feed, session_header=opts.session_header,
         connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=opts.read_timeout_s,
     )  # fmt: skip
     runner = web.AppRunner(
@@ -143,10 +146,16 @@ async def _serve(opts: CaptureOptions, host: str, port: int, upstream: URL, writ
             f"--listen {host}:{port}: cannot listen ({e.strerror or e}); pick a free port or another address"
         ) from None
     bound = runner.addresses[0]
+    config = AssemblerConfig(
+        out=str(path), idle_timeout_s=opts.idle_timeout_s, tenant=opts.tenant, redact=opts.redact,
+        origin_s=origin_s,
+    )  # fmt: skip
+    assembler = _start_assembler(config)
+    await feed.connect(assembler.stdin_fd)
     quiet_gc()  # a full collection pauses every stream's relay (15-20 ms measured)
     shown_host = f"[{host}]" if ":" in host else host
     print(
-        f"{LISTENING_PREFIX}http://{shown_host}:{bound[1]} -> {upstream}, writing {writer.path} "
+        f"{LISTENING_PREFIX}http://{shown_host}:{bound[1]} -> {upstream}, writing {path} "
         f"(session key: header {opts.session_header}, else the longest shared history)",
         flush=True,
     )
@@ -154,87 +163,41 @@ async def _serve(opts: CaptureOptions, host: str, port: int, upstream: URL, writ
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    renderer = SessionRenderer(
-        tenant=opts.tenant, origin_s=origin_s, redactor=redact if opts.redact else None
-    )
-    periodic = _PeriodicWriter(assembler, renderer, writer)
-    flusher = asyncio.create_task(periodic.run())
-    write_error: OSError | None = None
     try:
         await stop.wait()
     finally:
         await runner.cleanup()  # stop accepting; replies on the wire get DRAIN_TIMEOUT_S
-        periodic.stop()
-        await flusher
+        feed.close()  # the assembler's cue to write everything and exit
+        rc = await asyncio.to_thread(assembler.wait_exit, ASSEMBLER_EXIT_TIMEOUT_S)
+    return 1 if feed.broken else rc
+
+
+class _Assembler:
+    """The assembler process, reading the pipe whose write end ``stdin_fd`` is."""
+
+    def __init__(self, proc: subprocess.Popen, stdin_fd: int) -> None:
+        self.proc = proc
+        self.stdin_fd = stdin_fd
+
+    def wait_exit(self, timeout_s: float) -> int:
         try:
-            periodic.write_all()
-        except OSError as e:
-            write_error = e
-    if write_error is not None:
-        reason = write_error.strerror or write_error
-        print(
-            f"capture: cannot write {writer.path} ({reason}); the last turns are lost",
-            file=sys.stderr,
-            flush=True,
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            print(f"capture: the session assembler did not finish within {timeout_s:g}s; the file may "
+                  "lack the last turns", file=sys.stderr, flush=True)  # fmt: skip
+            return 1
+
+
+def _start_assembler(config: AssemblerConfig) -> _Assembler:
+    read_fd, write_fd = os.pipe()
+    os.set_inheritable(write_fd, False)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.capture.assembler_process", config.to_arg()],
+            stdin=read_fd,
         )
-        return 1
-    s = assembler.stats
-    print(
-        f"capture: wrote {writer.sessions_closed} sessions, {s.turns} turns to {writer.path} "
-        f"({s.requests} chat/completions requests; not recorded: {s.cut} cut by the client, "
-        f"{s.failed} failed upstream, {s.not_recorded} unreadable)",
-        flush=True,
-    )
-    return 0
-
-
-class _PeriodicWriter:
-    """Writes the session file every ``WRITE_INTERVAL_S`` when something changed, and at the end.
-
-    Rendering, the write and the fsync run in a thread, off the loop that forwards chunks."""
-
-    def __init__(self, assembler: SessionAssembler, renderer: SessionRenderer, writer: SessionWriter) -> None:
-        self.assembler = assembler
-        self.renderer = renderer
-        self.writer = writer
-        self._unwritten: list[SessionSnapshot] = []  # closed sessions a failed write still owes the file
-        self._retry = False
-        self._stopping = asyncio.Event()
-
-    def stop(self) -> None:
-        self._stopping.set()
-
-    async def run(self) -> None:
-        """Until ``stop()``; a write in progress always finishes (its thread cannot be cancelled)."""
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), WRITE_INTERVAL_S)
-            # Only what changed is copied here, on the loop; rendering happens in the thread.
-            closed = [SessionSnapshot.of(c) for c in self.assembler.take_closed(time.monotonic())]
-            changed = [SessionSnapshot.of(c) for c in self.assembler.take_changed()]
-            if not (closed or changed or self._retry):
-                continue
-            closed = self._unwritten + closed
-            try:
-                await asyncio.to_thread(self._write, closed, changed)
-                self._unwritten, self._retry = [], False
-            except OSError as e:  # keep proxying: the traffic matters more than its copy
-                self._unwritten, self._retry = closed, True
-                print(f"capture: cannot write {self.writer.path} ({e.strerror or e}); will retry",
-                      file=sys.stderr, flush=True)  # fmt: skip
-
-    def write_all(self) -> None:
-        """Close every conversation and write the file a last time."""
-        convs = self.assembler.take_closed(time.monotonic(), everything=True)
-        self._write(self._unwritten + [SessionSnapshot.of(c) for c in convs], [])
-
-    def _write(self, closed: list[SessionSnapshot], changed: list[SessionSnapshot]) -> None:
-        """Closed sessions are appended for good; the open ones (``changed`` re-rendered, the rest
-        as last rendered) are the new tail."""
-        r = self.renderer
-        for s in changed:
-            r.line(s)
-        closed_lines = [r.line(s) for s in closed]
-        for s in closed:
-            r.forget(s.seq)
-        self.writer.write(closed_lines, r.kept_lines())
+    finally:
+        os.close(read_fd)
+    return _Assembler(proc, write_fd)

@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
-from loadgen.capture.assembly import SessionAssembler
+from loadgen.capture.feed import ExchangeFeed
 from loadgen.capture.process import CaptureProcess
 from loadgen.capture.proxy import CaptureProxy
 from loadgen.capture.upstream import UpstreamError, UpstreamPool
@@ -376,7 +376,7 @@ def test_a_client_that_stops_reading_is_cut_after_the_read_timeout_and_its_upstr
     async def main() -> None:
         async with RawServer(script) as server:
             proxy = CaptureProxy(
-                server.url, SessionAssembler(idle_timeout_s=60), session_header="X-Session-ID",
+                server.url, ExchangeFeed(), session_header="X-Session-ID",
                 connect_timeout_s=2, read_timeout_s=0.3,
             )  # fmt: skip
             runner = web.AppRunner(proxy.app, access_log=None, handler_cancellation=True, shutdown_timeout=2)
