@@ -3,7 +3,11 @@
 The proxy hands every chunk to the client first and then to a ``ReplyMeter``. The output length is
 ``usage.completion_tokens`` when the server reports it, else the sum of the token-bearing chunks
 (a stream) or the reply text's tokens under loadgen's tokenizer (a whole body), all as loadgen's
-own OpenAI adapters (``targets.adapters.openai``) read them.
+own adapters read them (``targets.adapters``: the OpenAI ones, ``anthropic-messages`` and
+``openai-responses``). A stream is whole at ``data: [DONE]`` (OpenAI chat and completions),
+``message_stop`` (Messages) or ``response.completed``/``response.incomplete`` (Responses). A
+Responses reply also gives its ``id`` (what a later request's ``previous_response_id`` names) and
+the function calls it made (``call_id`` -> ``name``), read from its final ``response`` object.
 
 Per chunk the meter only splits SSE lines and keeps them; a line is parsed at once only when it
 may carry ``usage`` or an error (a substring test), so the common stream costs one JSON parse per
@@ -24,19 +28,40 @@ import zlib
 from collections import deque
 from dataclasses import dataclass
 
+import orjson
+
+from loadgen.capture.apis import CHAT, COMPLETIONS, MESSAGES, RESPONSES
+from targets.adapters.anthropic import AnthropicMessagesAdapter
 from targets.adapters.base import Adapter, BadChunk, StreamEvent
 from targets.adapters.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
+from targets.adapters.responses import OpenAIResponsesAdapter
 from workloads.tokenizer import count_tokens
 
 # A reply bigger than this is forwarded whole but recorded only if its usage says its length.
 MAX_HELD_BYTES = 64 * 1024 * 1024
-_ADAPTERS: dict[str, Adapter] = {"chat": OpenAIChatAdapter(), "completions": OpenAICompletionsAdapter()}
+_ADAPTERS: dict[str, Adapter] = {
+    CHAT: OpenAIChatAdapter(),
+    COMPLETIONS: OpenAICompletionsAdapter(),
+    MESSAGES: AnthropicMessagesAdapter(),
+    RESPONSES: OpenAIResponsesAdapter(),
+}
+# Substrings of the stream lines that are parsed at once: they may hold the usage, an error or
+# the stream's end (the rest are token chunks, parsed only if no usage comes).
+_SIGNALS: dict[str, tuple[bytes, ...]] = {
+    CHAT: (b'"usage"', b'"error"', b"[DONE]"),
+    COMPLETIONS: (b'"usage"', b'"error"', b"[DONE]"),
+    MESSAGES: (b'"usage"', b'"error"', b"[DONE]", b"message_stop"),
+    RESPONSES: (b'"usage"', b'"error"', b"[DONE]", b"response.completed", b"response.incomplete"),
+}
+_RESPONSES_ENDS = (b"response.completed", b"response.incomplete")
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
     output_tokens: int
     text: str  # empty for chat replies whose usage gave the length (nothing needs their text)
+    response_id: str | None = None  # a Responses reply's id
+    calls: dict[str, str] | None = None  # a Responses reply's function calls: call_id -> name
 
 
 class ParseBacklog:
@@ -93,7 +118,11 @@ class ReplyMeter:
         usage_asked: bool = False,
     ) -> None:
         self._adapter = _ADAPTERS[endpoint]
-        self._needs_text = endpoint == "completions"
+        self._signals = _SIGNALS[endpoint]
+        self._responses = endpoint == RESPONSES
+        self.response_id: str | None = None
+        self.calls: dict[str, str] | None = None
+        self._needs_text = endpoint == COMPLETIONS
         self._streaming = content_type.split(";")[0].strip().lower() == "text/event-stream"
         encoding = content_encoding.strip().lower()
         self._inflate = zlib.decompressobj(47) if encoding in ("gzip", "x-gzip", "deflate") else None
@@ -129,7 +158,7 @@ class ReplyMeter:
             data = self._partial + data
         lines = data.split(b"\n")
         self._partial = lines.pop()
-        if b'"usage"' in data or b'"error"' in data or b"[DONE]" in data:
+        if any(signal in data for signal in self._signals):
             for line in lines:
                 self._line(line)
         elif lines:  # the common read: token chunks only, kept as they are (blank lines too)
@@ -141,14 +170,38 @@ class ReplyMeter:
     def _line(self, line: bytes) -> None:
         if len(line) <= 1:  # blank lines (b"" or b"\r") end an SSE event and carry nothing
             return
-        if b'"usage"' in line or b'"error"' in line:
+        if b'"usage"' in line or b'"error"' in line or b"message_stop" in line:
             event = self._parse(self._adapter.new_stream(), line)
             if event is not None:
                 self._take_counts(event)
+                if event.done and event.error is None and line.startswith(b"data:"):
+                    self.stream_done = True  # message_stop, response.completed/incomplete
+            if self._responses and any(end in line for end in _RESPONSES_ENDS):
+                self._take_response(line[5:] if line.startswith(b"data:") else b"")
         elif line.rstrip(b"\r").endswith(b"[DONE]") and line.startswith(b"data:"):
             self.stream_done = True
             return
         self._hold(line)
+
+    def _take_response(self, payload: bytes) -> None:
+        """The id and function calls of a Responses reply, from its final ``response`` object
+        (a streamed end event's, or a whole body's)."""
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        resp = obj.get("response", obj) if type(obj) is dict else None
+        if type(resp) is not dict:
+            return
+        rid = resp.get("id")
+        self.response_id = rid if type(rid) is str and rid else None
+        calls = {
+            item["call_id"]: item["name"]
+            for item in resp.get("output") or ()
+            if type(item) is dict and item.get("type") == "function_call"
+            and type(item.get("call_id")) is str and type(item.get("name")) is str
+        }  # fmt: skip
+        self.calls = calls or None
 
     def _hold(self, data: bytes) -> None:
         self._keep([data], len(data))
@@ -201,7 +254,7 @@ class ReplyMeter:
             return None
         if self._completion_tokens is not None and not self._needs_text:
             self._finished = True
-            return Reply(self._completion_tokens, "")
+            return Reply(self._completion_tokens, "", self.response_id, self.calls)
         if self._held_bytes > MAX_HELD_BYTES:
             self._finished = True
             return None
@@ -212,15 +265,18 @@ class ReplyMeter:
             tokens, text = self._tokens, "".join(self._texts)
         else:
             self._finished = True
+            body = b"".join(self._held)
             try:
-                event = self._adapter.parse_response(b"".join(self._held))
+                event = self._adapter.parse_response(body)
             except BadChunk:
                 return None
             self._take_counts(event)
             if self._error:
                 return None
             text = event.text
+            if self._responses:
+                self._take_response(body)
         if self._completion_tokens is not None:
-            return Reply(self._completion_tokens, text)
+            return Reply(self._completion_tokens, text, self.response_id, self.calls)
         # No usage: a stream counts its token-bearing chunks, a whole body its text's tokens.
-        return Reply(tokens if self._streaming else count_tokens(text), text)
+        return Reply(tokens if self._streaming else count_tokens(text), text, self.response_id, self.calls)

@@ -83,6 +83,8 @@ class SessionRenderer:
         if not first:
             turn["think_time"] = round(t.think_time_s, 6)
         turn["role"] = t.role
+        if t.tool_call is not None and not first:  # a first step answers no call (workloads.dag)
+            turn["tool_call"] = t.tool_call
         return orjson.dumps(turn)
 
 
