@@ -1,18 +1,26 @@
-"""A TCP proxy on 127.0.0.1 that delivers every byte a fixed time after it came: a far target.
+"""A TCP proxy that delivers every byte a fixed time after it came: a far target, or a far master.
 
 Run ``python tests/delay_proxy.py UPSTREAM_PORT DELAY_MS``; it prints ``PORT <n>`` once listening
 and serves until killed. Each direction of each connection is delayed by ``DELAY_MS`` (so a round
 trip through it takes twice that), in order. The kernel still accepts the TCP connection at once:
 what the delay lengthens is every exchange above it, a TLS handshake included.
+
+Options (for hosts in network namespaces, tests/netns.py): ``--listen HOST:PORT`` (default
+127.0.0.1:0, port 0 picks one), ``--upstream-host HOST`` (default 127.0.0.1), and
+``--record FILE``: every byte delivered to the clients is appended to FILE as it is written, so a
+test can read what a peer was sent (ZeroMQ frames carry their messages' bytes as they are).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
+from typing import BinaryIO
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float, record: BinaryIO | None = None
+) -> None:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
@@ -24,6 +32,9 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
             wait_s = t + delay_s - loop.time()
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
+            if record is not None:
+                record.write(data)
+                record.flush()
             writer.write(data)
             await writer.drain()
         writer.close()
@@ -41,20 +52,44 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
         writer.close()
 
 
-async def main(upstream_port: int, delay_s: float) -> None:
+async def main(
+    upstream_port: int,
+    delay_s: float,
+    *,
+    listen: tuple[str, int] = ("127.0.0.1", 0),
+    upstream_host: str = "127.0.0.1",
+    record: BinaryIO | None = None,
+) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
+            up_reader, up_writer = await asyncio.open_connection(upstream_host, upstream_port)
         except OSError:
             writer.close()
             return
-        await asyncio.gather(_pipe(reader, up_writer, delay_s), _pipe(up_reader, writer, delay_s))
+        await asyncio.gather(_pipe(reader, up_writer, delay_s), _pipe(up_reader, writer, delay_s, record))
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, *listen)
     print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
         await server.serve_forever()
 
 
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT; use e.g. 10.77.0.2:6000")
+    return host, int(port)
+
+
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), float(sys.argv[2]) / 1000.0))
+    parser = argparse.ArgumentParser(description="Delay every byte of every TCP connection to an upstream port.")
+    parser.add_argument("upstream_port", type=int)
+    parser.add_argument("delay_ms", type=float, help="delay of each direction, milliseconds")
+    parser.add_argument("--listen", type=_host_port, default=("127.0.0.1", 0), help="HOST:PORT to accept on")
+    parser.add_argument("--upstream-host", default="127.0.0.1")
+    parser.add_argument("--record", default=None, help="append every byte sent to the clients to this file")
+    args = parser.parse_args()
+    record_file = open(args.record, "ab") if args.record else None  # noqa: SIM115 - open until killed
+    asyncio.run(
+        main(args.upstream_port, args.delay_ms / 1000.0, listen=args.listen, upstream_host=args.upstream_host, record=record_file)
+    )
