@@ -90,13 +90,20 @@ def _first_record(path: Path) -> Any:
     head = text.lstrip()
     if head.startswith("["):
         try:
-            return next(iter_json_array(path, text), None)
+            first = next(iter_json_array(path, text), None)
         except WorkloadError:
             return None
+        return None if first is None else first[1]  # (line, element)
     if head.startswith("{"):
         line = head.split("\n", 1)[0]
         try:
             return json.loads(line)
+        except json.JSONDecodeError:
+            pass
+        if data_suffix(path) != ".json":
+            return None
+        try:  # a .json file holding one pretty-printed object (a WekaTrace trace file)
+            return json.JSONDecoder().raw_decode(head)[0]
         except json.JSONDecodeError:
             return None
     return next(csv.reader(io.StringIO(head)), None)

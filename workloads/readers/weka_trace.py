@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.blocks import blocks_needed, split_blocks
-from workloads.compressed import data_suffix
+from workloads.compressed import COMPRESSED_SUFFIXES, data_suffix
 from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.model import STEP_FAN_OUT_CHILD, STEP_FIRST, STEP_FOLLOW_UP, STEP_JOIN, Session, Turn
@@ -85,7 +85,7 @@ class WekaTraceReader(WorkloadReader):
         default_block = option_int(options, "block_size", DEFAULT_BLOCK_SIZE, where=where, at_least=1)
         assert default_block is not None
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
-        builder = _Builder(path.stem, tenant)
+        builder = _Builder(_stem(path), tenant)
         block_size: tuple[int, int] | None = None  # (size, line of the first trace)
         for lineno, obj in _traces(path, open_text(path, "WekaTrace file")):
             at = f"{where} line {lineno}"
@@ -104,10 +104,11 @@ class WekaTraceReader(WorkloadReader):
             builder.add(obj, at, lineno, size)
         if block_size is None:
             raise WorkloadError(f"{where}: holds no traces; give one JSON object per line")
+        builder.finish()
         return AgentTraceWorkload(
             builder.records,
             kind=self.name,
-            name=path.stem,
+            name=_stem(path),
             source=where,
             options=dict(options),
             block_size=block_size[0],
@@ -139,6 +140,16 @@ class AgentTraceWorkload(DatasetWorkload):
         return Session(rec["id"], rec["tenant"], "", turns, index=index, meta={"workload": self.name})
 
 
+def _stem(path: Path) -> str:
+    """The file's name less its compression and format extensions (``weka.jsonl.gz``: ``weka``)."""
+    name = path.name
+    for suffix in COMPRESSED_SUFFIXES:
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return Path(name).stem
+
+
 def _traces(path: Path, text: str) -> Iterator[tuple[int, Any]]:
     """(line, trace) for each trace: JSON lines, or a ``.json`` file holding one trace or a list."""
     if data_suffix(path) != ".json":
@@ -161,7 +172,11 @@ class _Builder:
         self.stem = stem
         self.tenant = tenant
         self.records: list[dict[str, Any]] = []
-        self._ids: dict[tuple[Any, ...], int] = {}  # (scope key..., hash id) -> block id
+        # Global ids are block ids as they are (a trace read alone sends the same blocks as in its
+        # corpus); a trace's local ids are numbered after the file's largest global id.
+        self._global_ids: set[int] = set()
+        self._local_ids: dict[tuple[str, int], int] = {}  # (trace id, hash id) -> n-th local block
+        self._local_blocks: list[tuple[list[int], int]] = []  # ([block id, tokens], n) to number at the end
         self._lines: dict[str, int] = {}
         self._first_blocks: list[list[list[int]]] = []
         self.counts = dict.fromkeys(
@@ -170,8 +185,11 @@ class _Builder:
             0,
         )  # fmt: skip
 
-    def block(self, key: tuple[Any, ...], hash_id: int) -> int:
-        return self._ids.setdefault((*key, hash_id), len(self._ids))
+    def finish(self) -> None:
+        """Number the local blocks after the largest global id."""
+        base = max(self._global_ids, default=-1) + 1
+        for block, n in self._local_blocks:
+            block[0] = base + n
 
     def add(self, obj: dict[str, Any], at: str, lineno: int, block_size: int) -> None:
         trace_id = obj.get("id")
@@ -186,7 +204,7 @@ class _Builder:
         scope = obj.get("hash_id_scope", "local")
         if scope not in SCOPES:
             raise WorkloadError(f"{at}: hash_id_scope: {short(scope)} is not allowed; use local or global")
-        key: tuple[Any, ...] = ("global",) if scope == "global" else ("local", trace_id)
+        key = ("global", "") if scope == "global" else ("local", trace_id)
         if "requests" not in obj:
             raise WorkloadError(f"{at}: requests: missing; a trace needs a list of requests")
         entries = obj["requests"]
@@ -198,7 +216,7 @@ class _Builder:
         self._first_blocks.append(turns[0].get("blocks") or [])
         self.records.append({"id": f"{self.stem}-{trace_id}", "tenant": self.tenant, "turns": turns})
 
-    def _turns(self, entries: list[Any], at: str, block_size: int, key: tuple[Any, ...]) -> list[dict[str, Any]]:
+    def _turns(self, entries: list[Any], at: str, block_size: int, key: tuple[str, str]) -> list[dict[str, Any]]:
         turns: list[dict[str, Any]] = []
         prev: dict[str, Any] | None = None  # the last main request
         children: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (turn, group) of the open fan-out
@@ -262,12 +280,18 @@ class _Builder:
             self.counts["fan_outs"] += 1
         return turns
 
-    def _prompt(self, req: dict[str, Any], key: tuple[Any, ...], block_size: int) -> dict[str, Any]:
+    def _prompt(self, req: dict[str, Any], key: tuple[str, str], block_size: int) -> dict[str, Any]:
         """A request's whole prompt: its blocks, or (without hash_ids) ``in`` synthetic tokens."""
         if req["hash_ids"] is None:
             return {"tokens": req["in"]}
-        ids = [self.block(key, h) for h in req["hash_ids"]]
-        return {"blocks": split_blocks(ids, req["in"], block_size)}
+        blocks = split_blocks(req["hash_ids"], req["in"], block_size)
+        if key[0] == "global":
+            self._global_ids.update(req["hash_ids"])
+        else:
+            for block in blocks:
+                n = self._local_ids.setdefault((key[1], block[0]), len(self._local_ids))
+                self._local_blocks.append((block, n))
+        return {"blocks": blocks}
 
     def stats(self, block_size: int) -> dict[str, Any]:
         # Prefix reuse of first requests as a prefix cache sees it: leading blocks an earlier one sent.
@@ -281,8 +305,8 @@ class _Builder:
                 reused += n
             seen.update(b for b, _ in blocks)
         out: dict[str, Any] = {"block_size": block_size}
-        if self._ids:
-            out["unique_blocks"] = len(self._ids)
+        if self._global_ids or self._local_ids:
+            out["unique_blocks"] = len(self._global_ids) + len(self._local_ids)
             out["prefix_reuse"] = reused / total if total else 0.0
         return {**out, **self.counts}
 

@@ -1,0 +1,223 @@
+"""The WekaTrace reader: traces as sessions, sub-agents as fan-out children, hash ids as shared
+prefixes, detection among every format's fixtures, compressed and malformed files.
+
+Expectations are computed from the fixture's own fields (docs/workloads.md, "WekaTrace agentic
+traces", gives the rules), so the fixture can change without the tests going stale.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from loadgen.cli import main
+from workloads import load_workload, write_sessions_jsonl
+from workloads.dag import plan_session
+from workloads.errors import WorkloadError
+from workloads.readers import detect_format
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "datasets"
+WEKA = FIX / "weka_traces.jsonl"
+TRACES = [json.loads(line) for line in WEKA.read_text().splitlines()]
+A, B, C = TRACES  # global scope with two overlapping sub-agents; global, sharing A's lead; local
+
+
+@functools.cache
+def _weka():
+    return load_workload(WEKA)
+
+
+def _session(trace_id: str, seed: int = 0):
+    index = [t["id"] for t in TRACES].index(trace_id)
+    return _weka().session(seed, index)
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def test_detection_tells_every_formats_fixture_apart(tmp_path):
+    sessions = tmp_path / "sessions.jsonl"
+    sessions.write_text(json.dumps({"id": "s", "turns": [{"tokens": 5, "max_tokens": 2}]}) + "\n")
+    single = tmp_path / "trace_0001.json"
+    single.write_text(json.dumps(A, indent=2))  # kv-cache-tester's one trace per (pretty) file
+    want = {
+        WEKA: "weka-trace",
+        single: "weka-trace",
+        FIX / "mooncake.jsonl": "mooncake",
+        FIX / "mooncake_aiperf.jsonl": "mooncake",
+        FIX / "bailian.jsonl": "bailian",
+        FIX / "sharegpt.json": "sharegpt",
+        FIX / "openai_chat.jsonl": "sharegpt",
+        FIX / "azure.csv": "azure",
+        FIX / "burstgpt.csv": "burstgpt",
+        sessions: "sessions",
+    }
+    assert {p: detect_format(p) for p in want} == want
+
+
+def test_main_requests_are_a_chain_that_grows_by_what_the_context_grew():
+    s = _session("cc-b")
+    reqs = B["requests"]
+    first, _child, join, follow = s.turns
+    assert (first.step_id, first.kind, first.parent_ids) == ("r0", "first", ())
+    assert len(_words(first.content)) == reqs[0]["in"] and first.max_tokens == reqs[0]["out"]
+    # The follow-up after the join: the trace's input less the previous prompt and reply.
+    assert (follow.kind, follow.parent_ids) == ("follow-up", ("r2",))
+    assert len(_words(follow.content)) == reqs[3]["in"] - (reqs[2]["in"] + reqs[2]["out"])
+    assert follow.think_time_s == pytest.approx(reqs[3]["think_time"])
+    assert follow.role == "user" and join.role == "tool"  # input_types text / tool_result
+
+
+def test_sub_agents_are_fan_out_children_of_the_request_before_them_and_the_next_request_joins():
+    s = _session("cc-a")
+    reqs = A["requests"]
+    by_id = {t.step_id: t for t in s.turns}
+    stages = [[st.step_id for st in stage.steps] for stage in plan_session(s).stages]
+    assert stages == [["r0"], ["r1"], ["r2", "r3"], ["r4"], ["r5"]]  # the overlapping sub-agents run together
+    sub1, sub2 = reqs[2], reqs[3]
+    for sid, group in (("r2", sub1), ("r3", sub2)):
+        child = by_id[sid]
+        last = group["requests"][-1]  # the sub-agent's last request: the answer the parent gets back
+        assert (child.kind, child.parent_ids, child.tool_call) == ("fan-out child", ("r1",), "subagent")
+        assert len(_words(child.content)) == last["in"] and child.max_tokens == last["out"]
+    # The first child waits its own think time; the second starts as much later as in the trace.
+    assert by_id["r2"].think_time_s == pytest.approx(sub1["think_time"])
+    assert by_id["r3"].think_time_s == pytest.approx(sub1["think_time"] + sub2["t"] - sub1["t"])
+    join = by_id["r4"]
+    assert (join.kind, join.parent_ids) == ("join", ("r2", "r3"))
+    # The children's outputs join the history as tool results; the join's own message is the rest.
+    outs = sub1["requests"][-1]["out"] + sub2["requests"][-1]["out"]
+    assert len(_words(join.content)) == reqs[4]["in"] - (reqs[1]["in"] + reqs[1]["out"] + outs)
+    assert join.think_time_s == pytest.approx(reqs[4]["think_time"])
+
+
+def test_a_fan_out_may_end_the_session_and_sequential_sub_agents_are_counted():
+    s = _session("cc-c")
+    assert [t.kind for t in s.turns][-2:] == ["fan-out child", "fan-out child"]
+    assert plan_session(s).stages[-1].fan_out
+    stats = _weka().stats
+    groups = [e for t in TRACES for e in t["requests"] if e.get("type") == "subagent"]
+    assert stats["subagents"] == len(groups) and stats["fan_outs"] == 3
+    assert stats["subagent_requests"] == sum(len(g["requests"]) for g in groups)
+    assert stats["subagent_requests_folded"] == sum(len(g["requests"]) - 1 for g in groups)
+    assert stats["main_requests"] == sum(1 for t in TRACES for e in t["requests"] if e.get("type") != "subagent")
+    assert stats["sequential_subagents_run_together"] == 1  # cc-c's second sub-agent starts after the first ended
+    assert stats["block_size"] == A["block_size"] == 64
+
+
+def test_hash_ids_become_shared_prefixes_in_global_scope_and_stay_apart_in_local_scope():
+    a, b, c = _session("cc-a", seed=7), _session("cc-b", seed=7), _session("cc-c", seed=7)
+    bs = A["block_size"]
+    ids_a, ids_b = A["requests"][0]["hash_ids"], B["requests"][0]["hash_ids"]
+    shared = next(i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y)
+    assert shared == 4
+    wa, wb, wc = _words(a.turns[0].content), _words(b.turns[0].content), _words(c.turns[0].content)
+    assert wa[: shared * bs] == wb[: shared * bs] and wa[shared * bs : (shared + 1) * bs] != wb[shared * bs : (shared + 1) * bs]
+    # cc-c writes the same numbers as cc-a, but local ids are the trace's own blocks.
+    assert C["requests"][0]["hash_ids"] == ids_a and wc[:bs] != wa[:bs]
+    # Within a trace the main agent and its sub-agents share blocks: cc-a's sub-agents open with
+    # the main agent's first blocks.
+    lead = len([h for h in A["requests"][2]["requests"][-1]["hash_ids"] if h in ids_a])
+    child = _words(next(t for t in a.turns if t.step_id == "r2").content)
+    assert lead == 2 and child[: lead * bs] == wa[: lead * bs]
+    # Same seed, same texts; another seed, other texts.
+    assert _session("cc-a", seed=7).turns[0].content == a.turns[0].content != _session("cc-a", seed=8).turns[0].content
+    assert _weka().stats["prefix_reuse"] == pytest.approx(
+        shared * bs / sum(t["requests"][0]["in"] for t in TRACES)
+    )
+
+
+def test_gzip_compressed_and_single_trace_json_files_read_as_the_plain_file(tmp_path):
+    gz = tmp_path / "weka_traces.jsonl.gz"
+    gz.write_bytes(gzip.compress(WEKA.read_bytes()))
+    compact = tmp_path / "trace.json"
+    compact.write_text(json.dumps(B))
+    listed = tmp_path / "weka_traces.json"
+    listed.write_text(json.dumps(TRACES, indent=1))
+    plain = load_workload(WEKA)
+    assert detect_format(gz) == "weka-trace" and detect_format(listed) == "weka-trace"
+    for path in (gz, listed):
+        wl = load_workload(path)
+        assert [wl.session(3, k) for k in range(3)] == [plain.session(3, k) for k in range(3)]
+    # A global-scope trace read alone sends the very blocks it sends in its corpus (synthetic
+    # texts, drawn from the session's own stream, follow its index in the file).
+    alone, there = load_workload(compact).session(3, 0), plain.session(3, 1)
+    assert alone.session_id == "trace-cc-b" and there.session_id == "weka_traces-cc-b"
+    assert load_workload(compact).turn_hash_ids(0) == plain.turn_hash_ids(1)
+    for got, want, hashed in zip(alone.turns, there.turns, plain.turn_hash_ids(1), strict=True):
+        assert (got.content == want.content) if hashed else len(got.content.split()) == len(want.content.split())
+        assert (got.kind, got.parent_ids, got.max_tokens, got.think_time_s) == (
+            want.kind, want.parent_ids, want.max_tokens, want.think_time_s,
+        )  # fmt: skip
+
+
+def test_a_counts_only_export_replays_the_same_dag_sessions(tmp_path):
+    wl = load_workload(WEKA)
+    out = write_sessions_jsonl(wl, 5, wl.num_sessions, tmp_path / "s.jsonl", include_text=False)
+    back = load_workload(out)
+    assert [back.session(5, k) for k in range(3)] == [wl.session(5, k) for k in range(3)]
+
+
+def _bad(tmp_path: Path, mutate) -> Path:
+    traces = json.loads(json.dumps(TRACES))
+    mutate(traces)
+    p = tmp_path / "bad.jsonl"
+    p.write_text("".join(json.dumps(t) + "\n" for t in traces))
+    return p
+
+
+def _set(path: list, value):
+    def mutate(traces):
+        obj = traces
+        for key in path[:-1]:
+            obj = obj[key]
+        if value is KeyError:
+            del obj[path[-1]]
+        else:
+            obj[path[-1]] = value
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (_set([1, "requests", 0, "out"], KeyError), "line 2: requests[0].out: missing; every request needs t, in, out"),
+        (_set([0, "requests", 2, "requests", 1, "in"], "x"),
+         'line 1: requests[2].requests[1].in: "x" is not allowed; use an integer >= 1'),
+        (_set([0, "requests", 0, "hash_ids"], [1, 2]),
+         "line 1: requests[0].hash_ids: 2 blocks but in 300 needs 5 of 64 tokens; check the trace's block_size"),
+        (_set([2, "requests", 1, "t"], -1), "line 3: requests[1].t: -1 is not allowed; give a number of seconds >= 0"),
+        (_set([0, "requests", 3, "requests"], []),
+         "line 1: requests[3].requests: [] is not allowed; a sub-agent needs a non-empty list of requests"),
+        (_set([2, "id"], "cc-a"), 'line 3: id: "cc-a" already used on line 1; give every trace a unique id'),
+        (_set([1, "hash_id_scope"], "session"), 'line 2: hash_id_scope: "session" is not allowed; use local or global'),
+        (_set([1, "block_size"], 32), "line 2: block_size: 32 differs from line 1's 64; give traces of one block size per file"),
+        (_set([0, "requests"], KeyError), "line 1: requests: missing; a trace needs a list of requests"),
+    ],
+)  # fmt: skip
+def test_a_malformed_trace_is_one_line_naming_file_line_and_field(tmp_path, mutate, message):
+    bad = _bad(tmp_path, mutate)
+    with pytest.raises(WorkloadError) as e:
+        load_workload(bad, fmt="weka-trace")
+    assert str(e.value) == f"{bad} {message}"
+
+
+def test_a_trace_of_sub_agents_alone_is_an_error_and_a_bad_file_exits_2_in_one_line(tmp_path):
+    only = {"id": "x", "block_size": 64, "requests": [A["requests"][2]]}
+    p = tmp_path / "only.jsonl"
+    p.write_text(json.dumps(only) + "\n")
+    with pytest.raises(WorkloadError, match=r"only.jsonl line 1: requests: no main-agent request"):
+        load_workload(p)
+    bad = _bad(tmp_path, _set([1, "requests", 0, "out"], KeyError))
+    out = CliRunner().invoke(main, ["workload", "inspect", str(bad)])
+    assert out.exit_code == 2
+    lines = [line for line in out.output.splitlines() if line.strip()]
+    assert lines[-1].endswith("bad.jsonl line 2: requests[0].out: missing; every request needs t, in, out")
+    assert "Traceback" not in out.output
