@@ -10,6 +10,12 @@ import click
 
 from analysis.units import DURATION_FORM, RATE_FORM, parse_duration_s, parse_rate_per_s
 from loadgen.errors import UserError
+from loadgen.loss_timeouts import (
+    DEFAULT_MASTER_LOSS_TIMEOUT_S,
+    DEFAULT_WORKER_LOSS_TIMEOUT_S,
+    MASTER_LOSS_TIMEOUT_HELP,
+    WORKER_LOSS_TIMEOUT_HELP,
+)
 
 
 class _Parsed(click.ParamType):
@@ -136,6 +142,7 @@ def run(**kwargs: Any) -> None:
 @click.option("--on-worker-loss", type=click.Choice(["continue", "abort"]), default="continue", show_default=True)
 @click.option("--join-secret-file", default=None, help="File holding the workers' join secret (default: $LOADGEN_JOIN_SECRET). Required off loopback.")
 @click.option("--allow-unauthenticated-workers", is_flag=True, help="Off loopback without a join secret: any client reaching the port joins (recorded in run.json).")
+@click.option("--worker-loss-timeout", type=DURATION, default=f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s", show_default=True, help=WORKER_LOSS_TIMEOUT_HELP)
 def master(**kwargs: Any) -> None:
     """Run as the master of a distributed run; workers join with 'loadgen worker'."""
     from loadgen.run import run as run_load
@@ -148,11 +155,12 @@ def master(**kwargs: Any) -> None:
 @click.option("--master-port", type=int, default=5557, show_default=True)
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes on this machine.")
 @click.option("--join-secret-file", default=None, help="File holding the master's join secret (default: $LOADGEN_JOIN_SECRET).")
-def worker(master_host: str, master_port: int, processes: int, join_secret_file: str | None) -> None:
+@click.option("--master-loss-timeout", type=DURATION, default=f"{DEFAULT_MASTER_LOSS_TIMEOUT_S:g}s", show_default=True, help=MASTER_LOSS_TIMEOUT_HELP)
+def worker(master_host: str, master_port: int, processes: int, join_secret_file: str | None, master_loss_timeout: str) -> None:
     """Run a worker; it takes its plan (workload, rate, target, seed) from the master."""
     from loadgen.run import run_worker
 
-    sys.exit(run_worker(master_host, master_port, processes, join_secret_file))
+    sys.exit(run_worker(master_host, master_port, processes, join_secret_file, master_loss_timeout))
 
 
 @main.command()

@@ -8,7 +8,8 @@ The watch counts *checks*, not wall time: a check runs every ``CHECK_INTERVAL_S`
 miss when no heartbeat came since the previous check. A worker that was itself paused (SIGSTOP,
 a VM freeze) wakes up to a single check, not to a long silence, so it carries on when its master
 is still there; only ``MISSED_CHECKS_LIMIT`` checks in a row without an answer mean the master is
-gone. Armed by the first heartbeat: connecting to the master has its own deadline in Locust.
+gone (``--master-loss-timeout``, default 15 s). Armed by the first heartbeat: connecting to the
+master has its own deadline in Locust.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from typing import Any
 
 import gevent
 
+from loadgen.loss_timeouts import DEFAULT_MASTER_LOSS_TIMEOUT_S, HEARTBEAT_INTERVAL_S, missed_checks
+
 log = logging.getLogger("loadgen")
 
-CHECK_INTERVAL_S = 1.0
-# Five silent checks: a master busy for a second or two (a large merge, a slow disk) is not lost,
-# and a worker whose master died stops within about 6 s (limit + one interval).
-MISSED_CHECKS_LIMIT = 5
+CHECK_INTERVAL_S = HEARTBEAT_INTERVAL_S
+# The default --master-loss-timeout in silent checks: a master busy for seconds (a large merge, a
+# slow disk) is not lost; it always exceeds the master's --worker-loss-timeout by a margin, so in
+# a partition the master counts the worker lost first (loadgen/loss_timeouts.py).
+MISSED_CHECKS_LIMIT = missed_checks(DEFAULT_MASTER_LOSS_TIMEOUT_S)
 
 
 class MasterWatch:
@@ -78,9 +82,12 @@ class MasterWatch:
         return self.missed >= self.missed_limit
 
 
-def install_master_watch(environment: Any, on_master_lost: Callable[[float], None]) -> MasterWatch:
-    """Start watching the master's heartbeats on a worker (see the module docstring)."""
-    return MasterWatch(environment, on_master_lost).install()
+def install_master_watch(
+    environment: Any, on_master_lost: Callable[[float], None], master_loss_timeout_s: float = DEFAULT_MASTER_LOSS_TIMEOUT_S
+) -> MasterWatch:
+    """Start watching the master's heartbeats on a worker (see the module docstring): the master
+    is lost after ``master_loss_timeout_s`` of silent checks."""
+    return MasterWatch(environment, on_master_lost, missed_limit=missed_checks(master_loss_timeout_s)).install()
 
 
 __all__ = ["CHECK_INTERVAL_S", "MISSED_CHECKS_LIMIT", "MasterWatch", "install_master_watch"]

@@ -19,6 +19,12 @@ from typing import Any
 from analysis.units import parse_duration_s, parse_rate_per_s
 from loadgen.config import ARRIVAL_CHOICES, RunConfig
 from loadgen.errors import UserError
+from loadgen.loss_timeouts import (
+    DEFAULT_MASTER_LOSS_TIMEOUT_S,
+    DEFAULT_WORKER_LOSS_TIMEOUT_S,
+    MASTER_LOSS_TIMEOUT_HELP,
+    WORKER_LOSS_TIMEOUT_HELP,
+)
 from loadgen.run_workload import (
     has_timestamps,
     load_workload_named,
@@ -82,6 +88,9 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--run-id", default="", help="Results subdirectory name (default: time + workload)")
     g.add_argument("--loadgen-stop-timeout", default="30s", help="How long requests on the wire may finish at stop")
     g.add_argument("--on-worker-loss", default="continue", choices=("continue", "abort"), help="What a lost worker does")
+    # Process-wide, not per run: heartbeat timeouts of the master and of each worker (loadgen/loss_timeouts.py).
+    g.add_argument("--worker-loss-timeout", default=f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s", include_in_web_ui=False, help=WORKER_LOSS_TIMEOUT_HELP)
+    g.add_argument("--master-loss-timeout", default=f"{DEFAULT_MASTER_LOSS_TIMEOUT_S:g}s", include_in_web_ui=False, help=MASTER_LOSS_TIMEOUT_HELP)
     g.add_argument("--target-info", default="", include_in_web_ui=False, help=argparse.SUPPRESS)
     # Process-wide, not per run: the endpoint lives as long as the master (docs/prometheus.md).
     g.add_argument("--prometheus-port", type=int, default=0, include_in_web_ui=False, help="Serve /metrics for Prometheus on this port (master only; 0 = off)")

@@ -22,6 +22,11 @@ import orjson
 
 from loadgen import server_metrics
 from loadgen.errors import UserError
+from loadgen.loss_timeouts import (
+    DEFAULT_MASTER_LOSS_TIMEOUT_S,
+    DEFAULT_WORKER_LOSS_TIMEOUT_S,
+    parse_loss_timeout,
+)
 from loadgen.options import new_run_id
 from loadgen.stop_request import STOP_SIGNAL
 from loadgen.verdict import EXIT_CODES, EXIT_INCOMPLETE
@@ -93,6 +98,7 @@ class RunOptions:
     # who may join (loadgen/join_auth.py): the secret is read from $LOADGEN_JOIN_SECRET or this file
     join_secret_file: str | None = None
     allow_unauthenticated_workers: bool = False
+    worker_loss_timeout: str = f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s"  # a worker silent this long is lost
     # the master's Prometheus endpoint (loadgen/metrics_endpoint.py); 0 = off
     prometheus_port: int = 0
     prometheus_host: str = "127.0.0.1"
@@ -155,6 +161,8 @@ def validate(opts: RunOptions) -> None:
             raise UserError(str(e)) from None
     if opts.workers < 1:
         raise UserError(f"--workers {opts.workers}: must be at least 1")
+    if opts.master:
+        parse_loss_timeout("--worker-loss-timeout", opts.worker_loss_timeout)
     from loadgen.options import check_positive, check_session_count
 
     check_positive("--trace-time-scale", opts.trace_time_scale, "it multiplies the trace's gaps: 0.5 replays twice as fast")
@@ -422,6 +430,7 @@ def process_args(opts: RunOptions) -> list[str]:
     if opts.master:
         n = str(opts.expect_workers)
         argv += ["--master", "--expect-workers", n, "--master-bind-host", opts.bind, "--master-bind-port", str(opts.master_port)]
+        argv += ["--worker-loss-timeout", opts.worker_loss_timeout]
         users = n
     else:
         # Always a master and worker process(es), even for one worker: merging, writing results
@@ -467,12 +476,20 @@ def master_join_env(opts: RunOptions) -> dict[str, str]:
     return join_env(secret, allow_unauthenticated=opts.allow_unauthenticated_workers)
 
 
-def run_worker(master_host: str, master_port: int, processes: int = 1, join_secret_file: str | None = None) -> int:
+def run_worker(
+    master_host: str,
+    master_port: int,
+    processes: int = 1,
+    join_secret_file: str | None = None,
+    master_loss_timeout: str = f"{DEFAULT_MASTER_LOSS_TIMEOUT_S:g}s",
+) -> int:
     """``loadgen worker``: a Locust worker that takes its whole plan from the master."""
     from loadgen.join_auth import read_secret
 
+    parse_loss_timeout("--master-loss-timeout", master_loss_timeout)
     env = join_env(read_secret(join_secret_file))
     argv = ["--worker", "--master-host", master_host, "--master-port", str(master_port), "--loglevel", "WARNING"]
+    argv += ["--master-loss-timeout", master_loss_timeout]
     if processes > 1:
         argv += ["--processes", str(processes)]
     return run_locust(argv, env=env)

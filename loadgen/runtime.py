@@ -48,6 +48,14 @@ from loadgen.join_auth import (
     response,
     verify,
 )
+from loadgen.loss_timeouts import (
+    DEFAULT_MASTER_LOSS_TIMEOUT_S,
+    DEFAULT_WORKER_LOSS_TIMEOUT_S,
+    apply_to_master,
+    apply_to_worker,
+    parse_loss_timeout,
+    timeouts_warning,
+)
 from loadgen.master_quit import install_prompt_quit
 from loadgen.metrics import Delta, MetricsAggregate, Recorder
 from loadgen.options import check_session_count, config_from_options
@@ -176,6 +184,23 @@ class LoadgenRuntime:
         self._clock: dict[str, dict[str, float]] = {}  # offsets of workers that joined mid-run
         self._clock_pings: dict[str, int] = {}
         self._denied_logged = False
+        # heartbeat timeouts (loadgen/loss_timeouts.py): the master's wait for a silent worker,
+        # a worker's for its silent master
+        self.worker_loss_timeout_s = self._loss_timeout("worker_loss_timeout", DEFAULT_WORKER_LOSS_TIMEOUT_S)
+        self.master_loss_timeout_s = self._loss_timeout("master_loss_timeout", DEFAULT_MASTER_LOSS_TIMEOUT_S)
+        self._timeouts_checked = False
+
+    def _loss_timeout(self, name: str, default_s: float) -> float:
+        """A loss timeout from Locust's options; a bad one ends the process with a one-line error
+        (the ``loadgen`` front checks them first; this covers the stock ``locust -f``)."""
+        value = getattr(getattr(self.env, "parsed_options", None), name, None)
+        if value in (None, ""):
+            return default_s
+        try:
+            return parse_loss_timeout("--" + name.replace("_", "-"), value)
+        except UserError as e:
+            print(f"Error: {e.message}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
 
     # ================================================================ installation
     def install(self) -> None:
@@ -197,6 +222,7 @@ class LoadgenRuntime:
 
             self.endpoint = install_endpoint(self.env, self)
         if self.role == "master":
+            apply_to_master(self.worker_loss_timeout_s)
             install_prompt_quit(runner)
             gevent.signal_handler(STOP_SIGNAL, self._on_stop_request)
             ev.worker_report.add_listener(self._on_worker_report)
@@ -230,7 +256,9 @@ class LoadgenRuntime:
             die_with_parent(signal.SIGTERM)
             from loadgen.master_watch import install_master_watch
 
-            install_master_watch(self.env, self._on_master_lost)
+            apply_to_worker(self.master_loss_timeout_s)
+            install_master_watch(self.env, self._on_master_lost, self.master_loss_timeout_s)
+            ev.test_start.add_listener(self._check_loss_timeouts)
             # A worker forked by --processes inherits the master's --json-file: only the master
             # writes in the results directory (a worker's table would overwrite the master's).
             if getattr(self.env.parsed_options, "json_file", None):
@@ -618,8 +646,9 @@ class LoadgenRuntime:
         self.worker_state[client_id] = payload.get("state", {})
 
     def _out_of_run(self, wid: str) -> bool:
-        """Lost and not back: its slot's remaining work is not expected from it."""
-        return wid in self.lost and "returned_at_s" not in self.lost[wid]
+        """Lost and not back (or back, then lost again): its slot's remaining work is not expected from it."""
+        info = self.lost.get(wid)
+        return info is not None and ("returned_at_s" not in info or "lost_again_at_s" in info)
 
     def _readmit(self, wid: str, payload: dict[str, Any]) -> bool:
         """A lost worker reports again (it was frozen, or its network came back): merge it or not.
@@ -631,7 +660,11 @@ class LoadgenRuntime:
         told to stop.
         """
         info = self.lost[wid]
-        taken = info.get("replaced_by") or info.get("replanned_onto")
+        if "heard_again_at_s" not in info:
+            # Its first message since the loss (a partition healed, a pause ended): kept beside
+            # lost_at_s, whatever becomes of its reports.
+            info["heard_again_at_s"] = round(time.time() - self.t0_unix_s, 3)
+        taken = info.get("replaced_by") or info.get("replanned_onto") or "lost_again_at_s" in info
         if taken or (self.config is not None and self.config.on_worker_loss == "abort"):
             rejected = len(payload.get("r") or [])
             if rejected or "late_records_rejected" not in info:
@@ -853,12 +886,14 @@ class LoadgenRuntime:
         return None
 
     def _watch_workers(self) -> None:
+        # A quarter of Locust's heartbeat interval: a loss is named within 0.25 s of Locust's
+        # verdict, so the worker's longer timeout keeps its margin (loadgen/loss_timeouts.py).
         while True:
-            gevent.sleep(1.0)
+            gevent.sleep(0.25)
             self._check_workers()
 
     def _check_workers(self) -> None:
-        """Mark slot holders Locust found missing (3 missed heartbeats) or dropped as lost."""
+        """Mark slot holders Locust found missing (silent for --worker-loss-timeout) or dropped as lost."""
         for wid, node in list(self.env.runner.clients.items()):
             if wid in self.slots and node.state == STATE_MISSING and not self._out_of_run(wid):
                 self._mark_lost(wid)
@@ -867,7 +902,19 @@ class LoadgenRuntime:
                 self._mark_lost(wid)
 
     def _mark_lost(self, wid: str, why: str = "missed heartbeats", left: bool = False) -> None:
+        if self._out_of_run(wid):
+            return  # counted already: one loss per worker out of the run
         state = self.worker_state.get(wid, {})
+        previous = self.lost.get(wid)
+        if previous is not None:
+            # Back with its slot, then lost again: the first loss and its return stay as written;
+            # this one is added beside them, and the worker is out of the run for good.
+            previous.update(lost_again_at_s=round(time.time() - self.t0_unix_s, 3), why_again=why)
+            previous["in_flight_sessions_again"] = [] if left else sorted(state.get("sessions", []))
+            log.error("worker %s (host %s, slot %s) lost again (%s)", wid, hostname_of(wid), previous["slot"], why)
+            self._write_lost()
+            self._after_loss(wid, why)
+            return
         info = {
             "worker": wid,
             "pid": state.get("pid"),
@@ -890,6 +937,10 @@ class LoadgenRuntime:
             len(info["in_flight_sessions"]),
         )
         self._write_lost()
+        self._after_loss(wid, why)
+
+    def _after_loss(self, wid: str, why: str) -> None:
+        """The run goes on without ``wid``: stop on it, or hand its arrivals to a standby or the others."""
         if self._expected_finals() <= self.finals:
             self._all_final.set()
         if self.config is not None and self.config.on_worker_loss == "abort" and not self._stopping_requested:
@@ -1072,7 +1123,7 @@ class LoadgenRuntime:
             started = {"local": self.driver.sessions_started if self.driver else 0}
         else:
             started = {w: int(s.get("started", 0)) for w, s in self.worker_state.items()}
-        lost_shares = {w: self.shares.get(w, []) for w, info in self.lost.items() if "returned_at_s" not in info}
+        lost_shares = {w: self.shares.get(w, []) for w in self.lost if self._out_of_run(w)}
         acc.close(started_by_worker=started, lost_shares=lost_shares, aborted=aborted)
         return acc.as_dict()
 
@@ -1292,6 +1343,22 @@ class LoadgenRuntime:
         if driver is self.driver and not driver.stopping and not self._done_sent:
             self._done_sent = True
             self.env.runner.send_message(MSG_DONE, self._worker_payload(final=True))
+
+    def _check_loss_timeouts(self, environment: Any, **_: Any) -> None:
+        """Once the master's options arrive (Locust's spawn message): warn if this worker would give
+        up on its master before the master counts it lost (loadgen/loss_timeouts.py)."""
+        if self._timeouts_checked:
+            return
+        self._timeouts_checked = True
+        theirs = getattr(environment.parsed_options, "worker_loss_timeout", None)
+        try:
+            master_s = parse_loss_timeout("--worker-loss-timeout", theirs) if theirs else DEFAULT_WORKER_LOSS_TIMEOUT_S
+        except UserError:
+            return
+        text = timeouts_warning(master_s, self.master_loss_timeout_s)
+        if text:
+            log.warning("%s", text)
+            print(f"warning: {text}", file=sys.stderr, flush=True)
 
     def _on_master_lost(self, silent_s: float) -> None:
         if self.driver is None or self.driver.done.is_set():

@@ -20,7 +20,8 @@ import orjson
 import psutil
 import pytest
 
-from loadgen.master_watch import CHECK_INTERVAL_S, MISSED_CHECKS_LIMIT
+from loadgen.loss_timeouts import missed_checks
+from loadgen.master_watch import CHECK_INTERVAL_S
 from tests.conftest import free_port
 
 from .runs import LOADGEN, loadgen, records, sim, truth
@@ -29,8 +30,12 @@ pytestmark = pytest.mark.slow
 
 SEED = 5
 H200 = ("--profile", "h200-llama3-8b-fp8")  # no request is ever refused: a 429 is not under test
-# A worker whose master is gone stops within the watch's bound (MISSED_CHECKS_LIMIT silent checks,
-# plus the check in progress) and exits within 4 s more (its Locust shutdown).
+# The workers here wait 8 s for a silent master (the least the master's default 5 s allows), so
+# a test of a dead master is short. A worker whose master is gone stops within the watch's bound
+# (that many silent checks, plus the check in progress) and exits within 4 s more (its Locust
+# shutdown).
+MASTER_LOSS_TIMEOUT_S = 8.0
+MISSED_CHECKS_LIMIT = missed_checks(MASTER_LOSS_TIMEOUT_S)
 WORKER_STOP_DEADLINE_S = (MISSED_CHECKS_LIMIT + 1) * CHECK_INTERVAL_S + 4.0
 
 
@@ -62,7 +67,8 @@ def _master(url: str, port: int, results: Path, run_id: str, *extra: str) -> lis
 
 
 def _worker(port: int) -> list[str]:
-    return ["worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+    timeout = f"{MASTER_LOSS_TIMEOUT_S:g}s"
+    return ["worker", "--master-host", "127.0.0.1", "--master-port", str(port), "--master-loss-timeout", timeout]
 
 
 def _wait_for(predicate, timeout_s: float, what: str):
@@ -123,7 +129,7 @@ def test_workers_stop_by_themselves_when_the_master_is_killed(tmp_path, capsys) 
         assert stopped_s <= WORKER_STOP_DEADLINE_S
         assert not [pid for pid in family if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
         assert _port_free(port)
-        assert "master lost: no heartbeat for 5 s" in (tmp_path / "w0.log").read_text()
+        assert f"master lost: no heartbeat for {MASTER_LOSS_TIMEOUT_S:.0f} s" in (tmp_path / "w0.log").read_text()
         time.sleep(0.3)
         served = [t for rid, t in truth(truth_log).items() if rid.startswith("mk-")]
     # Nothing reached the server once the watch's bound had passed: the workers stopped their load.
@@ -146,7 +152,7 @@ def test_workers_stop_by_themselves_when_the_master_is_killed(tmp_path, capsys) 
 
 def test_a_worker_frozen_past_the_heartbeat_timeout_is_lost_re_planned_and_not_counted_twice(tmp_path, capsys) -> None:
     # 300 sessions at 30/s: arrivals go on for 10 s. One worker is frozen (SIGSTOP) 1 s in until
-    # the master names it lost (3 missed heartbeats, ~4 s), then thawed. Its arrivals not yet due
+    # the master names it lost (silent for 5 s, the default --worker-loss-timeout), then thawed. Its arrivals not yet due
     # went to the other worker when it was lost, so the thawed one's late reports are rejected
     # and it is told to stop: no session is sent or recorded twice, and the run is incomplete
     # (the sessions it had in flight are not on record).
