@@ -1,0 +1,77 @@
+"""A WekaTrace file replayed end to end (a real Locust master and worker) against one tiny sim,
+checked against what the sim says it did (its truth log): the sub-agents arrive as fan-out
+children on the parent's context, the next main request waits for them, and the prefix cache hits
+what the trace's shared blocks and the replayed history imply.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workloads import load_workload
+
+from .runs import loadgen, records, run_dir, sim, truth
+
+WEKA = Path(__file__).resolve().parent.parent / "fixtures" / "datasets" / "weka_traces.jsonl"
+BLOCK = 16  # the tiny profile's prefix-cache block, in tokens
+
+
+def _full_blocks(t: dict) -> int:
+    """Tokens of a request's prompt and reply in whole cache blocks (the reply's last token is not
+    in the KV cache)."""
+    return (t["prompt_tokens"] + t["completion_tokens"] - 1) // BLOCK * BLOCK
+
+
+@pytest.mark.slow  # ~6 s of CPU; 11-14 s of wall time on a busy 2-core machine
+def test_weka_trace_sub_agents_fan_out_on_the_parents_cache_and_the_shared_blocks_hit(tmp_path):
+    traces = [json.loads(line) for line in WEKA.read_text().splitlines()]
+    wl = load_workload(WEKA)
+    # Sim time x5: a sub-agent's request lasts ~100 ms, well over the 10 ms by which the trace's
+    # second sub-agent starts after the first, so the two are in flight together on a busy machine.
+    with sim(tmp_path, "--profile", "tiny", "--time-scale", "5", "--seed", "2") as (proc, truth_log):
+        # One agent at a time: each session's first request comes after the earlier sessions ended.
+        r = loadgen(
+            "run", "--target", proc.url, "--workload", str(WEKA), "--concurrency", "1", "--num-sessions", "3",
+            "--seed", "5", "--results", str(tmp_path / "res"), "--max-schedule-lag", "1s",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    recs = records(run_dir(tmp_path / "res"))
+    seen = truth(truth_log)
+    sessions = [wl.session(5, k) for k in range(3)]
+    assert len(recs) == sum(len(s.turns) for s in sessions) and all(x.ok for x in recs)
+    steps = {(x.session_id, x.step_id): x for x in recs}
+    sim_of = {key: seen[x.request_id] for key, x in steps.items()}  # every request reached the sim
+    for s in sessions:
+        by_id = {t.step_id: t for t in s.turns}
+        for t in s.turns:
+            x = steps[(s.session_id, t.step_id)]
+            assert (x.step_kind, tuple(x.parent_ids), x.max_tokens) == (t.kind, t.parent_ids, t.max_tokens)
+            mine = sim_of[(s.session_id, t.step_id)]
+            assert mine["prompt_tokens"] == x.prompt_tokens and mine["completion_tokens"] == t.max_tokens
+            for p in t.parent_ids:
+                parent = sim_of[(s.session_id, p)]
+                # Causality as the sim saw it: a step arrives after every step it waits for ended...
+                assert mine["t_received_ns"] >= parent["t_end_ns"], (s.session_id, t.step_id, p)
+            if t.kind in ("fan-out child", "follow-up"):
+                # ...and finds its parent's prompt and reply in the cache (the replayed history).
+                assert mine["cached_tokens"] >= _full_blocks(sim_of[(s.session_id, t.parent_ids[0])]), t.step_id
+            if t.kind == "join":  # the fan-out's parent context, with the children's outputs after it
+                fanned = by_id[t.parent_ids[0]].parent_ids[0]
+                assert mine["cached_tokens"] >= _full_blocks(sim_of[(s.session_id, fanned)]), t.step_id
+    a, b, c = (s.session_id for s in sessions)
+    # cc-a's two sub-agents overlap in the trace and so were in the sim together.
+    r2, r3 = sim_of[(a, "r2")], sim_of[(a, "r3")]
+    assert r3["t_received_ns"] < r2["t_end_ns"] and r2["t_received_ns"] < r3["t_end_ns"]
+    # cc-b's first request shares its leading global blocks with cc-a's: the sim's cache has them.
+    bs = traces[0]["block_size"]
+    shared = 0
+    for x, y in zip(traces[0]["requests"][0]["hash_ids"], traces[1]["requests"][0]["hash_ids"], strict=False):
+        if x != y:
+            break
+        shared += bs
+    assert shared == 256 and sim_of[(b, "r0")]["cached_tokens"] >= shared
+    # cc-c writes the same ids as cc-a, but local ones: none of its blocks was in the cache.
+    assert traces[2]["hash_id_scope"] == "local" and sim_of[(c, "r0")]["cached_tokens"] < bs
