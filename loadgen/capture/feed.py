@@ -88,7 +88,8 @@ class ExchangeFeed:
     Without a pipe (``connect`` never called) events are counted and discarded, which is what an
     in-process proxy under test needs."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_unsent_bytes: int = MAX_UNSENT_BYTES) -> None:
+        self.max_unsent_bytes = max_unsent_bytes
         self._events: list[tuple] = []
         self._transport: asyncio.WriteTransport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -173,4 +174,4 @@ class ExchangeFeed:
 
     def _lagging(self) -> bool:
         t = self._transport
-        return t is not None and t.get_write_buffer_size() > MAX_UNSENT_BYTES
+        return t is not None and t.get_write_buffer_size() > self.max_unsent_bytes

@@ -137,7 +137,9 @@ class CaptureProxy:
         finally:
             upstream.release()  # to the pool if read to its end, else closed (which stops the upstream)
 
-    async def _relay(self, request: web.Request, upstream: UpstreamReply, ex: _Exchange) -> web.StreamResponse:
+    async def _relay(
+        self, request: web.Request, upstream: UpstreamReply, ex: _Exchange
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for k, v in upstream.headers.items():
             if k.lower() not in HOP_BY_HOP:

@@ -122,4 +122,3 @@ class ExchangeRecorder:
             return
         cut = outcome in (CLIENT_LEFT, LEFT_BEFORE_HEAD)
         self.assembler.drop(pending, cut=cut, now_s=t_ns / 1e9)
-

@@ -196,6 +196,11 @@ def test_proxy_forwards_bytes_as_they_come_passes_errors_and_survives_a_client_l
         rc = cap.stop()
     assert rc == 0, cap.stderr()
     assert "1 cut by the client, 2 failed upstream" in cap.output, cap.output
+    # Every recorded exchange reached the assembler process once: five requests, each settled once.
+    assert (
+        "(5 chat/completions requests; not recorded: 1 cut by the client, 2 failed upstream, 0 unreadable)"
+        in cap.output
+    ), cap.output
     wl = load_workload(str(out))
     sessions = {s.session_id: s for s in wl.sessions(0, wl.num_sessions)}
     assert sorted(sessions) == ["t1", "t3"]
