@@ -2,8 +2,8 @@
 
 The hosts (tests/netns.py) sit on one bridge at 10.77.0.0/24, addresses that exist only inside
 the namespaces; the master binds its own address, so the workers must prove the join secret. Each
-check is one bounded run (30 sessions at 15/s of a tiny workload) against the one sim, whose truth
-log says what reached it and when:
+run is bounded (30 sessions at 15/s of a tiny workload, 60 s at most) and goes to the one sim,
+whose truth log says what reached it and when; checks 5 and 6 share a run:
 
 1. the merge is exact: the records are the sim's requests, each once, and the histograms equal
    a rebuild from the records;
@@ -23,6 +23,7 @@ from __future__ import annotations
 import secrets
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -157,9 +158,13 @@ class Net:
         try:
             if during is not None:
                 during(results / run_id)
-            code = procs[0].wait(timeout=RUN_TIMEOUT_S)
-            for p in procs[-2:]:  # the master's quit ends its workers
-                p.wait(timeout=15)
+            try:
+                code = procs[0].wait(timeout=RUN_TIMEOUT_S)
+                for p in procs[-2:]:  # the master's quit ends its workers
+                    p.wait(timeout=15)
+            except subprocess.TimeoutExpired as e:
+                tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in self.root.glob(f"{run_id}-*.log"))
+                raise AssertionError(f"run {run_id}: {e}\n{tails}") from None
         finally:
             for p in procs:  # relays and rogues end here, and everything after a failure
                 self.topo.kill(p)
@@ -338,36 +343,6 @@ def test_a_cut_between_worker_and_master_that_heals_in_time_loses_nothing(net: N
               "ended meanwhile, all recorded")  # fmt: skip
 
 
-def test_a_rogue_worker_without_the_secret_is_refused_and_never_gets_the_plan(net: Net, capsys) -> None:
-    m = net.topo.address("m")
-    captured = {host: net.root / f"{host}-received.bin" for host in ("r", "w1")}
-
-    def rogue_and_recorders(port: int) -> list:
-        # What the rogue and w1 are sent is recorded on their own hosts, byte for byte.
-        relays = [net.relay(h, f"127.0.0.1:{LOCAL_RELAY_PORT}", f"{m}:{port}", 0, f"mh-rogue-{h}-recorder", captured[h])
-                  for h in ("r", "w1")]  # fmt: skip
-        argv = [sys.executable, "-m", "locust", "-f", ROGUE, "--worker", "--master-host", "127.0.0.1",
-                "--master-port", str(LOCAL_RELAY_PORT)]  # fmt: skip
-        return [*relays, net.start("r", argv, "mh-rogue-rogue", secret=False, ROGUE_RUN_ID="mh-rogue")]
-
-    out = net.run("mh-rogue", extra_hosts=rogue_and_recorders, worker_master={"w1": f"127.0.0.1:{LOCAL_RELAY_PORT}"})
-    _assert_every_session_once(out, net.workload)
-    rogue_log, master_log = out.logs["rogue"], out.logs["master"]
-    assert "ROGUE: denied" in rogue_log, rogue_log[-2000:]
-    assert "ROGUE: got a plan" not in rogue_log and "ROGUE: got go" not in rogue_log
-    assert master_log.count("refused: it answered with a wrong join secret") == 1, master_log[-3000:]
-    assert {r.worker for r in out.recs} == {w["id"] for w in out.info["workers"]}
-    assert sorted(w["host"] for w in out.info["workers"]) == ["w1", "w2"]
-    # The plan carries the workload's text: w1 was sent the marker, the rogue never was.
-    received = {h: p.read_bytes() for h, p in captured.items()}
-    assert MARKER.encode() in received["w1"]
-    assert received["r"] and MARKER.encode() not in received["r"]
-    assert MARKER not in rogue_log
-    with capsys.disabled():
-        print(f"\n[multihost rogue] refused; it was sent {len(received['r'])} bytes, none of the plan "
-              f"(w1 was sent {len(received['w1'])})")  # fmt: skip
-
-
 def _faketime_env(offset_s: float) -> dict[str, str]:
     """libfaketime (the dev extra's python-libfaketime builds it) shifting the wall clock only."""
     try:
@@ -381,8 +356,47 @@ def _faketime_env(offset_s: float) -> dict[str, str]:
             "FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # fmt: skip
 
 
-def test_a_worker_whose_clock_is_ahead_is_measured_and_sends_on_time(net: Net, capsys) -> None:
-    out = net.run("mh-skew", worker_env={"w2": _faketime_env(SKEW_S)})
+@pytest.fixture(scope="module")
+def hostile(net: Net) -> tuple[Outcome, dict[str, bytes]]:
+    """One run with a rogue worker on host r (no secret, forged messages) and w2's clock 0.3 s
+    ahead; what r and w1 were sent, byte for byte, recorded by a relay on each of them."""
+    m = net.topo.address("m")
+    captured = {host: net.root / f"{host}-received.bin" for host in ("r", "w1")}
+
+    def rogue_and_recorders(port: int) -> list:
+        relays = [net.relay(h, f"127.0.0.1:{LOCAL_RELAY_PORT}", f"{m}:{port}", 0, f"mh-hostile-{h}-recorder", captured[h])
+                  for h in ("r", "w1")]  # fmt: skip
+        argv = [sys.executable, "-m", "locust", "-f", ROGUE, "--worker", "--master-host", "127.0.0.1",
+                "--master-port", str(LOCAL_RELAY_PORT)]  # fmt: skip
+        return [*relays, net.start("r", argv, "mh-hostile-rogue", secret=False, ROGUE_RUN_ID="mh-hostile")]
+
+    out = net.run(
+        "mh-hostile", extra_hosts=rogue_and_recorders, worker_master={"w1": f"127.0.0.1:{LOCAL_RELAY_PORT}"},
+        worker_env={"w2": _faketime_env(SKEW_S)},
+    )  # fmt: skip
+    return out, {h: p.read_bytes() for h, p in captured.items()}
+
+
+def test_a_rogue_worker_without_the_secret_is_refused_and_never_gets_the_plan(hostile, net: Net, capsys) -> None:
+    out, received = hostile
+    _assert_every_session_once(out, net.workload)
+    rogue_log, master_log = out.logs["rogue"], out.logs["master"]
+    assert "ROGUE: denied" in rogue_log, rogue_log[-2000:]
+    assert "ROGUE: got a plan" not in rogue_log and "ROGUE: got go" not in rogue_log
+    assert master_log.count("refused: it answered with a wrong join secret") == 1, master_log[-3000:]
+    assert {r.worker for r in out.recs} == {w["id"] for w in out.info["workers"]}
+    assert sorted(w["host"] for w in out.info["workers"]) == ["w1", "w2"]
+    # The plan carries the workload's text: w1 was sent the marker, the rogue never was.
+    assert MARKER.encode() in received["w1"]
+    assert received["r"] and MARKER.encode() not in received["r"]
+    assert MARKER not in rogue_log
+    with capsys.disabled():
+        print(f"\n[multihost rogue] refused; it was sent {len(received['r'])} bytes, none of the plan "
+              f"(w1 was sent {len(received['w1'])})")  # fmt: skip
+
+
+def test_a_worker_whose_clock_is_ahead_is_measured_and_sends_on_time(hostile, net: Net, capsys) -> None:
+    out, _ = hostile
     _assert_every_session_once(out, net.workload)
     by_host = {w["host"]: w for w in out.info["workers"]}
     skewed, plain = by_host["w2"], by_host["w1"]
@@ -391,6 +405,8 @@ def test_a_worker_whose_clock_is_ahead_is_measured_and_sends_on_time(net: Net, c
     assert abs(plain["clock_offset_s"]) <= plain["clock_offset_error_s"] + 0.002, plain
     assert any(f"{skewed['id']}'s clock is +" in w for w in out.info["warnings"]), out.info["warnings"]
     # Anchored for it: its arrivals are on time (uncorrected, each would come 300 ms early).
+    # (Not its token times: libfaketime shifts time.time() but not the kernel's receive stamps,
+    # which the worker converts with it, so they come out 300 ms early; a real host's are not.)
     late = _arrival_lateness_ms(out, "w2")
     assert len(late) == SESSIONS // 2
     assert min(late) > -20.0 and statistics.median(late) < 20.0, sorted(late)
