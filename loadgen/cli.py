@@ -42,7 +42,7 @@ def run_options(f: Callable) -> Callable:
     """The options shared by run, master, ab and sweep (names match loadgen/options.py)."""
     opts = [
         click.option("--workload", default="agentic-coding", show_default=True, help="Shipped spec name, .yaml spec, or data file (session .jsonl, ShareGPT .json, Mooncake .jsonl, Azure .csv)."),
-        click.option("--workload-format", default=None, help="Data file format: sessions, sharegpt, mooncake, azure, burstgpt, bailian (default: detected)."),
+        click.option("--workload-format", default=None, help="Data file format: sessions, sharegpt, mooncake, azure, burstgpt, bailian, weka-trace (default: detected)."),
         click.option("--workload-options", default=None, help="Reader options, e.g. min_turns=2,max_prompt_tokens=4096 or block_size=512."),
         click.option("--tokenizer", default=None, help="Exact prompt lengths and output counts: a tokenizer.json, a directory holding one, or a cached ORG/NAME."),
         click.option("--seed", type=int, default=0, show_default=True, help="Same seed: same sessions, prompts, arrival times."),
@@ -351,7 +351,7 @@ def workload() -> None:
 def _workload_file_options(f: Callable) -> Callable:
     """The options ``workload inspect`` and ``workload export`` share with ``run``."""
     opts = [
-        click.option("--workload-format", "--format", "fmt", default=None, help="Data file format: sessions, sharegpt, mooncake, azure, burstgpt, bailian (default: detected); --format is the same."),
+        click.option("--workload-format", "--format", "fmt", default=None, help="Data file format: sessions, sharegpt, mooncake, azure, burstgpt, bailian, weka-trace (default: detected); --format is the same."),
         click.option("--workload-options", default=None, help="Reader options, e.g. min_turns=2 or block_size=512."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--tokenizer", default=None, help="Count and build texts with this tokenizer (tokenizer.json, directory, cached ORG/NAME)."),
