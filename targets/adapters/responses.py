@@ -7,6 +7,18 @@ is ``max_output_tokens``; ``store: false`` (a load test leaves nothing behind). 
 definitions (``extra_body={"tools": ...}``) become flat ``{type: function, name, description,
 parameters}`` tools. The session id travels in the session header and in ``user``. Bearer auth.
 
+Server-side history (option ``server_history``): a follow-up turn sends only the items after the
+previous request's conversation and its reply, plus ``previous_response_id``, the id of that
+reply (its ``response.completed`` event, else its ``response.created``; a whole body's ``id``);
+the server prepends what it kept. ``store`` is then sent true (a server keeps only stored
+responses), and ``instructions`` are sent every time (the API does not carry them over). A turn
+whose history does not start with a request this adapter saw answered (the first turn, a history
+rewritten, a reply that failed) sends the whole conversation. What a session's requests were
+and which responses answered them is kept per session (``MAX_CHAINED_SESSIONS`` sessions, the
+last ``MAX_LINKS_PER_SESSION`` requests each); the parser of a request learns which session it
+belongs to from the greenlet (or thread) that built the request, since the client creates the
+parser in the greenlet that sends it.
+
 Stream (named SSE events; each ``data:`` object repeats its ``type``, which is what is read):
 
 * ``response.output_text.delta`` (reply text), ``response.reasoning_text.delta``,
@@ -26,9 +38,14 @@ Stream (named SSE events; each ``data:`` object repeats its ``type``, which is w
 
 from __future__ import annotations
 
+import hashlib
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from greenlet import getcurrent
 
 from .base import (
     Adapter,
@@ -70,32 +87,133 @@ _TEXT_DELTA = "response.output_text.delta"
 _REASONING_DELTAS = frozenset(("response.reasoning_text.delta", "response.reasoning_summary_text.delta"))
 _TOKEN_DELTAS = frozenset(("response.refusal.delta", "response.function_call_arguments.delta"))
 _ENDS = frozenset(("response.completed", "response.incomplete"))
+# Server-side history: how many sessions' chains are kept, and how many requests of each.
+MAX_CHAINED_SESSIONS = 4096
+MAX_LINKS_PER_SESSION = 8
+
+
+@dataclass(slots=True)
+class _Link:
+    """A request of a session: its conversation (length, digest) and the id of its reply."""
+
+    n_messages: int
+    digest: bytes
+    response_id: str | None = None
+
+
+class _Chains:
+    """Per session, its last requests and the responses that answered them (module docstring)."""
+
+    def __init__(self) -> None:
+        self._sessions: OrderedDict[str, list[_Link]] = OrderedDict()
+        # The link of the request each greenlet built last, until its parser takes it.
+        self._building: weakref.WeakKeyDictionary[Any, _Link] = weakref.WeakKeyDictionary()
+
+    def follow(self, session_id: str, messages: list[dict]) -> tuple[str | None, int]:
+        """(previous_response_id, how many messages the server holds, its reply aside) for a
+        new request of ``session_id``, and note the request for its parser; (None, 0) when no
+        answered request starts its history, or nothing follows that request's reply."""
+        digests = _digests(messages)
+        links = self._sessions.get(session_id)
+        if links is None:
+            links = self._sessions[session_id] = []
+            if len(self._sessions) > MAX_CHAINED_SESSIONS:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(session_id)
+        best: _Link | None = None
+        for link in links:
+            n = link.n_messages
+            if (
+                link.response_id is not None
+                and n < len(messages)
+                and digests[n - 1] == link.digest
+                and messages[n].get("role") == "assistant"
+                and (best is None or n > best.n_messages)
+            ):
+                best = link
+        link = _Link(len(messages), digests[-1])
+        links.append(link)
+        del links[:-MAX_LINKS_PER_SESSION]
+        self._building[getcurrent()] = link
+        if best is None:
+            return None, 0
+        held = best.n_messages
+        while held < len(messages) and messages[held].get("role") == "assistant":
+            held += 1  # the reply: the server has its own output
+        return (best.response_id, best.n_messages) if held < len(messages) else (None, 0)
+
+    def take_building(self) -> _Link | None:
+        return self._building.pop(getcurrent(), None)
+
+
+def _new_part(messages: list[dict], held: int) -> list[dict]:
+    """What a request sends when the server holds ``messages[:held]`` and its reply: the
+    instructions (the server does not carry them over), the tool calls the client kept in the
+    reply's message (its text is the server's own output), then the messages after it."""
+    out = [m for m in messages[:held] if m.get("role") in ("system", "developer")]
+    i = held
+    while i < len(messages) and messages[i].get("role") == "assistant":
+        if messages[i].get("tool_calls"):
+            out.append({"role": "assistant", "content": "", "tool_calls": messages[i]["tool_calls"]})
+        i += 1
+    return out + messages[i:]
+
+
+def _digests(messages: list[dict]) -> list[bytes]:
+    """``out[i]`` identifies ``messages[:i + 1]`` (a chained hash of each message's JSON)."""
+    out, h = [], b""
+    for m in messages:
+        h = hashlib.blake2b(
+            h + orjson.dumps(m, default=str, option=orjson.OPT_SORT_KEYS), digest_size=16
+        ).digest()
+        out.append(h)
+    return out
 
 
 class OpenAIResponsesAdapter(Adapter):
     """Options: ``temperature`` (sent when set); ``ignore_eos`` (default False: the OpenAI service
-    rejects it; vLLM's and SGLang's Responses endpoints take it); ``store`` (default False)."""
+    rejects it; vLLM's and SGLang's Responses endpoints take it); ``store`` (default False);
+    ``server_history`` (default False): follow-up turns send only their new items plus
+    ``previous_response_id`` (module docstring), and ``store`` is sent true."""
 
     name = "openai-responses"
     path = "/v1/responses"
     accepts_tools = True
 
-    def __init__(self, *, temperature: float | None = None, ignore_eos: bool = False, store: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        temperature: float | None = None,
+        ignore_eos: bool = False,
+        store: bool = False,
+        server_history: bool = False,
+    ) -> None:
         self.temperature = temperature
         self.ignore_eos = ignore_eos
         self.store = store
+        self.server_history = server_history
+        self._chains = _Chains() if server_history else None
 
     def build_request(self, req: ChatRequest) -> PreparedRequest:
-        instructions, items = to_input(req.messages)
+        messages = req.messages
+        previous_id = None
+        if self._chains is not None:
+            previous_id, held = self._chains.follow(req.session_id, messages)
+            if previous_id is not None:
+                messages = _new_part(messages, held)
+        instructions, items = to_input(messages)
         body: dict[str, Any] = {}
         if req.model is not None:
             body["model"] = req.model
         if instructions:
             body["instructions"] = instructions
+        if previous_id is not None:
+            body["previous_response_id"] = previous_id
         body["input"] = items
         body["max_output_tokens"] = req.max_tokens
         body["stream"] = req.stream
-        body["store"] = self.store
+        body["store"] = self.store or self.server_history
         if self.temperature is not None:
             body["temperature"] = self.temperature
         if self.ignore_eos and req.ignore_eos:
@@ -106,13 +224,19 @@ class OpenAIResponsesAdapter(Adapter):
         if tools:
             body["tools"] = [_tool(t) for t in tools]
         body.update(extra)
-        return PreparedRequest("POST", self.path, build_headers(req, stream=req.stream), orjson.dumps(body), req.stream)
+        return PreparedRequest(
+            "POST", self.path, build_headers(req, stream=req.stream), orjson.dumps(body), req.stream
+        )
 
     def new_stream(self) -> _ResponsesStream:
-        return _ResponsesStream()
+        return _ResponsesStream(self._chains.take_building() if self._chains is not None else None)
 
     def parse_response(self, body: bytes) -> StreamEvent:
         obj = load_json(body)
+        if self._chains is not None:
+            link = self._chains.take_building()
+            if link is not None and obj.get("status") in ("completed", "incomplete"):
+                link.response_id = _response_id(obj)
         if obj.get("status") == "failed" or (obj.get("error") and obj.get("object") != "response"):
             return _error(obj.get("error") if type(obj.get("error")) is dict else obj)
         output = obj.get("output") or []
@@ -130,7 +254,11 @@ class OpenAIResponsesAdapter(Adapter):
                 generated = True
         text = "".join(texts)
         usage = _usage(obj.get("usage"))
-        tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else int(generated or bool(text))
+        tokens = (
+            usage.completion_tokens
+            if usage and usage.completion_tokens is not None
+            else int(generated or bool(text))
+        )
         return StreamEvent(tokens=tokens, text=text, usage=usage, done=True)
 
 
@@ -157,7 +285,9 @@ def to_input(messages: list[dict]) -> tuple[str, list[dict]]:
             if content:
                 instructions.append(content)
         elif role == "tool":
-            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id") or "", "output": content})
+            items.append(
+                {"type": "function_call_output", "call_id": m.get("tool_call_id") or "", "output": content}
+            )
         elif role == "assistant":
             calls = m.get("tool_calls") or ()
             if content or not calls:
@@ -217,10 +347,20 @@ def _usage(u: Any) -> Usage | None:
     )
 
 
-class _ResponsesStream:
-    """Responses events carry their own state (``response`` objects), so the parser keeps none."""
+def _response_id(resp: Any) -> str | None:
+    rid = resp.get("id") if type(resp) is dict else None
+    return rid if type(rid) is str and rid else None
 
-    __slots__ = ()
+
+class _ResponsesStream:
+    """Responses events carry their own state (``response`` objects); the parser keeps only the
+    request's link (server-side history), where the reply's id goes."""
+
+    __slots__ = ("_created_id", "_link")
+
+    def __init__(self, link: _Link | None = None) -> None:
+        self._link = link
+        self._created_id: str | None = None
 
     def parse_line(self, line: bytes) -> StreamEvent | None:
         payload = line[5:].strip() if line.startswith(b"data:") else sse_payload(line)
@@ -245,7 +385,12 @@ class _ResponsesStream:
         if kind in _ENDS:
             resp = obj.get("response")
             usage = _usage(resp.get("usage")) if type(resp) is dict else None
+            if self._link is not None:  # a whole reply: the next request may name it
+                self._link.response_id = _response_id(resp) or self._created_id
             return StreamEvent(usage=usage, done=True)
+        if kind == "response.created" and self._link is not None:
+            self._created_id = _response_id(obj.get("response"))
+            return None
         if kind == "response.failed":
             resp = obj.get("response")
             err = resp.get("error") if type(resp) is dict else None

@@ -32,13 +32,16 @@ class GenerationRequest:
     include_usage: bool
 
 
-def parse_request(endpoint: str, body: Any, default_max_tokens: int) -> GenerationRequest:
+def parse_request(
+    endpoint: str, body: Any, default_max_tokens: int, history: list[dict[str, Any]] | None = None
+) -> GenerationRequest:
     """Validate a decoded JSON body of ``/v1/chat/completions`` or ``/v1/completions``.
 
     Prompt tokens are ``token_ids(render_tools(tools) + render_chat(messages))`` for chat and
     ``token_ids(prompt)`` for completions, with the shared tokenizer (``workloads.tokenizer``).
     Chat accepts OpenAI tool use: ``tools`` (function definitions), assistant messages with
-    ``tool_calls`` and ``tool`` messages with ``tool_call_id``.
+    ``tool_calls`` and ``tool`` messages with ``tool_call_id``. ``history``: the conversation a
+    Responses request's ``previous_response_id`` continues (``kept_responses``).
     """
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
@@ -47,7 +50,7 @@ def parse_request(endpoint: str, body: Any, default_max_tokens: int) -> Generati
     elif endpoint == COMPLETIONS:
         text = _prompt(body.get("prompt"))
     elif endpoint in (MESSAGES, RESPONSES):
-        return _parse_event_api(endpoint, body, default_max_tokens)
+        return _parse_event_api(endpoint, body, default_max_tokens, history)
     else:  # pragma: no cover - the router only mounts the two
         raise BadRequest(f"unknown endpoint {endpoint!r}")
     ids = token_ids(text)
@@ -154,10 +157,12 @@ def _prompt(raw: Any) -> str:
 # --- the event-stream APIs: Anthropic Messages and OpenAI Responses ---------------------------------
 
 
-def _parse_event_api(endpoint: str, body: dict, default_max_tokens: int) -> GenerationRequest:
+def _parse_event_api(
+    endpoint: str, body: dict, default_max_tokens: int, history: list[dict[str, Any]] | None = None
+) -> GenerationRequest:
     """``/v1/messages`` or ``/v1/responses``: the body seen as a chat request (``chat_view``), so
     the same conversation is the same prompt tokens on every API. Usage is always sent."""
-    view = chat_view(endpoint, body)
+    view = chat_view(endpoint, body, history)
     text = render_tools(_tools(view["tools"])) + render_chat(_messages(view["messages"]))
     ids = token_ids(text)
     if not ids:
@@ -178,19 +183,20 @@ def _parse_event_api(endpoint: str, body: dict, default_max_tokens: int) -> Gene
     return GenerationRequest(endpoint, ids, max_tokens, stream, True)
 
 
-def chat_view(endpoint: str, body: Any) -> dict[str, Any]:
+def chat_view(endpoint: str, body: Any, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A Messages or Responses body as ``{"messages": [...], "tools": [...]}`` in the chat shape.
 
     Messages: ``system`` leads; ``tool_use`` blocks become assistant ``tool_calls`` and
     ``tool_result`` blocks ``tool`` messages. Responses: ``instructions`` leads; ``input`` (a
-    string, or ``message``/``function_call``/``function_call_output`` items) follows. Other blocks
-    and items (images, thinking, reasoning) add nothing.
+    string, or ``message``/``function_call``/``function_call_output`` items) follows, after the
+    ``history`` of the response it continues (``previous_response_id``), if any. Other blocks and
+    items (images, thinking, reasoning) add nothing.
     """
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     if endpoint == MESSAGES:
         return {"messages": _from_messages(body), "tools": _tools_from(body.get("tools"), nested=True)}
-    return {"messages": _from_responses(body), "tools": _tools_from(body.get("tools"), nested=False)}
+    return {"messages": _from_responses(body, history), "tools": _tools_from(body.get("tools"), nested=False)}
 
 
 def _block_text(content: Any, where: str) -> str:
@@ -252,13 +258,16 @@ def _from_messages(body: dict) -> list[dict[str, Any]]:
     return out
 
 
-def _from_responses(body: dict) -> list[dict[str, Any]]:
+def _from_responses(body: dict, history: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise BadRequest("instructions must be a string")
     if instructions:
         out.append({"role": "system", "content": instructions})
+    # Copies: a function_call item joins the assistant message before it, and the history is the
+    # kept response's own (it is read once per request parse).
+    out.extend({**m, "tool_calls": list(m["tool_calls"])} if "tool_calls" in m else dict(m) for m in history or ())
     raw = body.get("input")
     if isinstance(raw, str):
         raw = [{"role": "user", "content": raw}]

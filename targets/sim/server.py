@@ -27,6 +27,7 @@ from targets.sim import info
 from targets.sim.answers import reply_pieces
 from targets.sim.api import BadRequest, chat_view, parse_request
 from targets.sim.engine import ABORTED, FINISHED, Engine, QueueFull, RequestTooLong, SimSequence
+from targets.sim.kept_responses import KeptResponses, without_instructions
 from targets.sim.metrics import ServerCounters, metric_values, render
 from targets.sim.profile import Profile
 from targets.sim.text import WORDS
@@ -118,6 +119,7 @@ class SimServer:
         self.engine = Engine(config.profile, seed=config.seed)
         self.truth = TruthStore(keep=config.truth_keep, log_path=config.truth_log)
         self.counters = ServerCounters()
+        self.kept_responses = KeptResponses()  # for previous_response_id (/v1/responses)
         self.faults = F.FaultPicker(config.faults, config.seed)
         self.created = int(time.time())
         self.port: int | None = None
@@ -255,11 +257,13 @@ class SimServer:
                 body = orjson.loads(raw)
             except orjson.JSONDecodeError as e:
                 raise BadRequest(f"the request body is not valid JSON: {e}") from None
-            req = parse_request(endpoint, body, self.profile.default_max_tokens)
+            history = self.kept_responses.history_of(body, time.monotonic()) if endpoint == RESPONSES else None
+            req = parse_request(endpoint, body, self.profile.default_max_tokens, history)
             if endpoint in (CHAT, COMPLETIONS):
                 pieces = reply_pieces(self.config.answers, self.config.wrong_answers, endpoint == CHAT, body)
             else:  # the question is the last user message, as for chat
-                pieces = reply_pieces(self.config.answers, self.config.wrong_answers, True, chat_view(endpoint, body))
+                view = chat_view(endpoint, body, history)
+                pieces = reply_pieces(self.config.answers, self.config.wrong_answers, True, view)
         except BadRequest as e:
             return self._refuse(rec, 400, str(e), "BadRequestError", OUTCOME_BAD_REQUEST)
         rec.stream = req.stream
@@ -294,6 +298,8 @@ class SimServer:
         self._work.set()
         rec.v_arrival_s = seq.arrival_s
         prefix = {CHAT: "chatcmpl-", COMPLETIONS: "cmpl-", MESSAGES: "msg_", RESPONSES: "resp_"}[endpoint]
+        if endpoint == RESPONSES and body.get("store") is not False:  # stored, as the API does by default
+            self._keep_response(prefix + rid, body, view["messages"], seq, pieces)
         try:
             if req.stream:
                 return await self._stream(
@@ -462,6 +468,16 @@ class SimServer:
         if rec.fault is None:
             self.counters.requests_succeeded += 1
         return web.Response(body=body, status=200, content_type="application/json", headers=headers)
+
+    def _keep_response(
+        self, response_id: str, body: dict, messages: list, seq: SimSequence, pieces: list[str] | None
+    ) -> None:
+        """Keep the conversation through this reply's answer (the text its client gets: reasoning
+        is not part of it) for a later ``previous_response_id``."""
+        n = seq.max_tokens
+        r = _reasoning(self.profile, RESPONSES, n, pieces)
+        text = "".join(pieces[:n]) if pieces is not None else "".join(" " + WORDS[w] for w in seq.words[r:n])
+        self.kept_responses.keep(response_id, without_instructions(body, messages), text, time.monotonic())
 
     # --- endings -----------------------------------------------------------------------------
     def _finish_record(self, rec: TruthRecord, seq: SimSequence | None) -> None:
