@@ -221,3 +221,12 @@ def test_a_trace_of_sub_agents_alone_is_an_error_and_a_bad_file_exits_2_in_one_l
     lines = [line for line in out.output.splitlines() if line.strip()]
     assert lines[-1].endswith("bad.jsonl line 2: requests[0].out: missing; every request needs t, in, out")
     assert "Traceback" not in out.output
+
+
+def test_max_think_time_cuts_longer_waits_and_counts_them():
+    cap = 0.015
+    wl = load_workload(WEKA, options=f"max_think_time={cap * 1000:g}ms")
+    plain = [t.think_time_s for k in range(3) for t in _weka().session(0, k).turns]
+    cut = [t.think_time_s for k in range(3) for t in wl.session(0, k).turns]
+    assert cut == [min(x, cap) for x in plain] and max(plain) > cap
+    assert wl.stats["think_times_cut"] == sum(x > cap for x in plain) and _weka().stats["think_times_cut"] == 0

@@ -52,6 +52,7 @@ from workloads.readers.base import (
     iter_json_array,
     iter_json_lines,
     open_text,
+    option_duration,
     option_int,
     short,
     whole_number,
@@ -73,6 +74,7 @@ class WekaTraceReader(WorkloadReader):
     options = {
         "block_size": f"prompt tokens per hash id for traces without block_size (default {DEFAULT_BLOCK_SIZE})",
         "tenant": "tenant name of every session (default 'default')",
+        "max_think_time": "cut longer waits between requests to this (e.g. 60s; default: as in the trace)",
     }
 
     @classmethod
@@ -85,7 +87,8 @@ class WekaTraceReader(WorkloadReader):
         default_block = option_int(options, "block_size", DEFAULT_BLOCK_SIZE, where=where, at_least=1)
         assert default_block is not None
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
-        builder = _Builder(_stem(path), tenant)
+        max_think = option_duration(options, "max_think_time", math.inf, where=where)
+        builder = _Builder(_stem(path), tenant, None if math.isinf(max_think) else max_think)
         block_size: tuple[int, int] | None = None  # (size, line of the first trace)
         for lineno, obj in _traces(path, open_text(path, "WekaTrace file")):
             at = f"{where} line {lineno}"
@@ -168,9 +171,10 @@ def _traces(path: Path, text: str) -> Iterator[tuple[int, Any]]:
 class _Builder:
     """Turns traces into session records, renumbering block ids by scope, and counts what it did."""
 
-    def __init__(self, stem: str, tenant: str) -> None:
+    def __init__(self, stem: str, tenant: str, max_think_s: float | None) -> None:
         self.stem = stem
         self.tenant = tenant
+        self.max_think_s = max_think_s
         self.records: list[dict[str, Any]] = []
         # Global ids are block ids as they are (a trace read alone sends the same blocks as in its
         # corpus); a trace's local ids are numbered after the file's largest global id.
@@ -181,7 +185,8 @@ class _Builder:
         self._first_blocks: list[list[list[int]]] = []
         self.counts = dict.fromkeys(
             ("main_requests", "subagents", "subagent_requests", "subagent_requests_folded", "fan_outs",
-             "sequential_subagents_run_together", "subagents_without_parent", "context_not_grown"),
+             "sequential_subagents_run_together", "subagents_without_parent", "context_not_grown",
+             "think_times_cut"),
             0,
         )  # fmt: skip
 
@@ -241,7 +246,7 @@ class _Builder:
                 last = group["inner"][-1]
                 turn = {
                     "max_tokens": max(1, last["out"]),
-                    "think_time": max(0.0, first_think + group["start"] - first_start),
+                    "think_time": self._think(first_think + group["start"] - first_start),
                     "role": "user",
                     "id": f"r{i}",
                     "kind": STEP_FAN_OUT_CHILD,
@@ -274,11 +279,18 @@ class _Builder:
                 turn.update(kind=STEP_FOLLOW_UP, parents=[prev["id"]])
             self.counts["context_not_grown"] += grown < 1
             think = req["think_time"] if req["think_time"] is not None else req["t"] - since
-            turns.append({**turn, "tokens": max(1, grown), "think_time": max(0.0, think)})
+            turns.append({**turn, "tokens": max(1, grown), "think_time": self._think(think)})
             prev = req
         if children:
             self.counts["fan_outs"] += 1
         return turns
+
+    def _think(self, seconds: float) -> float:
+        """A wait of at least 0 s and at most the ``max_think_time`` option (cut waits are counted)."""
+        if self.max_think_s is not None and seconds > self.max_think_s:
+            self.counts["think_times_cut"] += 1
+            return self.max_think_s
+        return max(0.0, seconds)
 
     def _prompt(self, req: dict[str, Any], key: tuple[str, str], block_size: int) -> dict[str, Any]:
         """A request's whole prompt: its blocks, or (without hash_ids) ``in`` synthetic tokens."""
