@@ -2,76 +2,86 @@
 
 Sessions and turns, token distributions (new tokens per turn, output ``max_tokens``, and the
 context the last turn sends when every earlier reply is as long as asked), think times, the
-arrival span of a file with timestamps, and the reader's own figures (drops, prefix reuse).
+arrival span of a file with timestamps, the reader's own figures (drops, failed rows), and the
+prefix reuse of the sessions it covers with the LRU cache size that realises it
+(:mod:`workloads.figures`). Every figure covers the same sessions ``0..n-1``; counts come from
+the file's token counts, so no prompt text is built where the format gives counts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from workloads.figures import collect, dist, reuse_figures
 from workloads.text import BUILTIN, TextTokenizer
 from workloads.workload import Workload
 
 DEFAULT_SYNTHETIC_SESSIONS = 100
+# The reader's whole-file reuse figures; inspect prints its own, over the sessions it covers.
+_WHOLE_FILE_STATS = ("prefix_reuse", "unique_blocks")
 
 
 def inspect_workload(
-    workload: Workload, *, seed: int = 0, n: int | None = None, tokenizer: TextTokenizer = BUILTIN
+    workload: Workload,
+    *,
+    seed: int = 0,
+    n: int | None = None,
+    tokenizer: TextTokenizer = BUILTIN,
+    block_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Figures of sessions ``0..n-1`` (all of a file; ``DEFAULT_SYNTHETIC_SESSIONS`` of a spec)."""
-    total = workload.num_sessions
-    if n is None:
-        n = total if total is not None else DEFAULT_SYNTHETIC_SESSIONS
-    elif total is not None:
-        n = min(n, total)
-    turns_per: list[int] = []
-    first_in: list[int] = []
-    follow_in: list[int] = []
-    outputs: list[int] = []
-    context: list[int] = []
-    thinks: list[float] = []
-    roles: dict[str, int] = {}
-    tenants: dict[str, int] = {}
-    for s in workload.sessions(seed, n):
-        turns_per.append(len(s.turns))
-        tenants[s.tenant] = tenants.get(s.tenant, 0) + 1
-        ctx = tokenizer.count(s.system_prompt)
-        for i, t in enumerate(s.turns):
-            n_in = tokenizer.count(t.content)
-            (first_in if i == 0 else follow_in).append(n_in)
-            if i > 0:
-                thinks.append(t.think_time_s)
-            outputs.append(t.max_tokens)
-            roles[t.role] = roles.get(t.role, 0) + 1
-            ctx += n_in
-            if i < len(s.turns) - 1:
-                ctx += t.max_tokens
-        context.append(ctx)
+    """Figures of sessions ``0..n-1`` (all of a file; ``DEFAULT_SYNTHETIC_SESSIONS`` of a spec).
+
+    ``block_size``: the KV block of the reuse figures (default: the trace's, else 16 tokens).
+    ``progress(k)`` is called as sessions are read.
+    """
+    n = sessions_to_cover(workload, n)
+    shapes, curve = collect(workload, seed=seed, n=n, tokenizer=tokenizer, block_size=block_size, progress=progress)
     out: dict[str, Any] = {
-        "workload": workload.to_dict(),
+        "workload": describe(workload),
         "seed": seed,
         "sessions": n,
-        "sessions_in_source": total,
-        "turns": int(sum(turns_per)),
-        "tenants": tenants,
-        "roles": roles,
-        "turns_per_session": _dist(turns_per),
-        "first_turn_tokens": _dist(first_in),
-        "follow_up_tokens": _dist(follow_in),
-        "output_tokens": _dist(outputs),
-        "last_turn_context_tokens": _dist(context),
-        "think_time_s": _dist(thinks),
+        "sessions_in_source": workload.num_sessions,
+        "turns": int(sum(shapes.turns_per)),
+        "tenants": shapes.tenants,
+        "roles": shapes.roles,
+        "turns_per_session": dist(shapes.turns_per),
+        "first_turn_tokens": dist(shapes.first_in),
+        "follow_up_tokens": dist(shapes.follow_in),
+        "output_tokens": dist(shapes.outputs),
+        "last_turn_context_tokens": dist(shapes.context),
+        "think_time_s": dist(shapes.thinks),
+        "prefix_cache": reuse_figures(curve),
         "tokenizer": tokenizer.describe(),
     }
     offsets = workload.arrival_offsets()
     if offsets is not None:
         out["arrivals"] = arrival_figures(offsets[:n])
-    stats = getattr(workload, "stats", None)
+    stats = {k: v for k, v in (getattr(workload, "stats", None) or {}).items() if k not in _WHOLE_FILE_STATS}
     if stats:
         out["reader"] = stats
     return out
+
+
+def describe(workload: Workload) -> dict[str, Any]:
+    """What the workload is, without its fingerprint: hashing every record of a 10M-row file
+    costs more than inspecting it, and inspect records no run."""
+    out = {"kind": workload.kind, "name": workload.name, "source": workload.source, "num_sessions": workload.num_sessions}
+    options = getattr(workload, "options", None)
+    if options:
+        out["options"] = dict(options)
+    return out
+
+
+def sessions_to_cover(workload: Workload, n: int | None) -> int:
+    """``n`` capped at the file's sessions; all of a file, or 100 sessions of a spec, by default."""
+    total = workload.num_sessions
+    if n is None:
+        return total if total is not None else DEFAULT_SYNTHETIC_SESSIONS
+    return min(n, total) if total is not None else n
 
 
 def arrival_figures(offsets: np.ndarray) -> dict[str, Any]:
@@ -85,23 +95,6 @@ def arrival_figures(offsets: np.ndarray) -> dict[str, Any]:
         "rate_per_s": (len(offsets) - 1) / span if span > 0 else None,
         "gap_cv": float(gaps.std() / mean_gap) if mean_gap > 0 else None,
         "max_gap_s": float(gaps.max()) if len(gaps) else None,
-    }
-
-
-def _dist(values: list[int] | list[float]) -> dict[str, Any] | None:
-    if not values:
-        return None
-    a = np.asarray(values, dtype=np.float64)
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {
-        "count": len(a),
-        "min": float(a.min()),
-        "p50": float(p50),
-        "p90": float(p90),
-        "p99": float(p99),
-        "max": float(a.max()),
-        "mean": float(a.mean()),
-        "total": float(a.sum()),
     }
 
 
@@ -137,12 +130,8 @@ def format_inspection(fig: dict[str, Any]) -> str:
         lines.append(f"{'arrivals':<20}span {arr['span_s']:.1f} s, {rate}, gap CV {cv} (timestamps from the file)")
     else:
         lines.append(f"{'arrivals':<20}none in the source: the arrival process sets them (--arrival, --rate)")
+    lines.extend(prefix_cache_lines(fig["prefix_cache"]))
     reader = fig.get("reader") or {}
-    if "prefix_reuse" in reader:
-        lines.append(
-            f"{'prefix reuse':<20}{reader['prefix_reuse']:.1%} of prompt tokens are in leading blocks an earlier "
-            f"request sent ({reader['unique_blocks']:,} unique blocks of {reader['block_size']} tokens)"
-        )
     dropped = reader.get("dropped")
     if dropped:
         lines.append(f"{'left out':<20}" + ", ".join(f"{v} by {k}" for k, v in dropped.items()))
@@ -164,6 +153,24 @@ def format_inspection(fig: dict[str, Any]) -> str:
         lines.append(f"{'':<20}{reader['non_text_parts_skipped']} non-text content parts (images, audio) not sent")
     lines.append(f"{'tokenizer':<20}{fig['tokenizer']['name']} ({fig['tokenizer']['kind']})")
     return "\n".join(lines)
+
+
+def prefix_cache_lines(pc: dict[str, Any]) -> list[str]:
+    """The reuse line and the capacity that realises it; one line saying so when nothing is reused."""
+    B = pc["block_size"]
+    if not pc["reused_tokens"]:
+        return [f"{'KV cache':<20}no prompt shares a leading block of {B} tokens with an earlier one: nothing to reuse"]
+    need = pc["capacity_tokens_for"]
+    return [
+        f"{'prefix reuse':<20}{pc['reuse']:.1%} of prompt tokens are in leading blocks of {B} tokens an earlier "
+        f"request sent (history included; replies as long as asked)",
+        f"{'KV to realise it':<20}an LRU cache of {_tokens(need['50%'])} tokens gets half of it, "
+        f"{_tokens(need['90%'])} 90%, {_tokens(need['99%'])} 99%, {_tokens(pc['working_set_tokens'])} all",
+    ]
+
+
+def _tokens(n: int) -> str:
+    return f"{n:,}"
 
 
 def _dist_line(d: dict[str, Any]) -> str:

@@ -1,0 +1,167 @@
+"""One pass over a workload's sessions: the figures ``workload inspect`` and ``analyze`` print.
+
+Sizes come from :mod:`workloads.shapes` (counts, no prompt text built where the format gives
+counts), the prefix-cache reuse from :mod:`workloads.prompt_blocks` and :mod:`workloads.reuse`
+(an LRU over the block-hash sequence in arrival order, every capacity at once). Everything covers
+the same sessions ``0..n-1``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from workloads.model import STEP_FAN_OUT_CHILD, STEP_FIRST
+from workloads.prompt_blocks import SessionReuse
+from workloads.reuse import ReuseCurve
+from workloads.shapes import SessionShape, context_parent, session_shapes
+from workloads.text import TextTokenizer
+from workloads.workload import Workload
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's and the sim's KV block, for workloads without a block size of their own
+REUSE_SHARES = (0.5, 0.9, 0.99)
+
+
+class ShapeFigures:
+    """Accumulates the per-session and per-request distributions (compact arrays, not lists)."""
+
+    def __init__(self) -> None:
+        self.turns_per = array("q")
+        self.first_in = array("q")
+        self.follow_in = array("q")
+        self.outputs = array("q")
+        self.context = array("q")
+        self.prompts = array("q")  # every request's whole prompt, replies as long as asked
+        self.thinks = array("d")
+        self.fan_out = array("q")  # children per fan-out
+        self.roles: dict[str, int] = {}
+        self.tenants: dict[str, int] = {}
+        self.kinds: dict[str, int] = {}
+        self.first_steps = 0  # one-turn sessions counted apart from kinds, which they would all be
+
+    def add_one(self, tenant: str, tokens: int, max_tokens: int, role: str) -> None:
+        """A one-turn session of its own text and no system prompt."""
+        self.turns_per.append(1)
+        self.first_in.append(tokens)
+        self.outputs.append(max_tokens)
+        self.context.append(tokens)
+        self.prompts.append(tokens)
+        tenants, roles = self.tenants, self.roles
+        tenants[tenant] = tenants.get(tenant, 0) + 1
+        roles[role] = roles.get(role, 0) + 1
+        self.first_steps += 1
+
+    def add(self, s: SessionShape) -> None:
+        turns = s.turns
+        self.turns_per.append(len(turns))
+        self.tenants[s.tenant] = self.tenants.get(s.tenant, 0) + 1
+        ctx = s.system_tokens
+        last = len(turns) - 1
+        context_after: list[int] = []
+        children: dict[int, int] = {}
+        for i, t in enumerate(turns):
+            (self.first_in if i == 0 else self.follow_in).append(t.tokens)
+            if i:
+                self.thinks.append(t.think_time_s)
+            self.outputs.append(t.max_tokens)
+            self.roles[t.role] = self.roles.get(t.role, 0) + 1
+            self.kinds[t.kind] = self.kinds.get(t.kind, 0) + 1
+            cp = context_parent(s, i) if t.parents else None
+            prompt = (s.system_tokens if cp is None else context_after[cp]) + t.tokens
+            if t.parents and cp != t.parents[0]:  # a join also sends its children's outputs
+                prompt += sum(turns[p].max_tokens for p in t.parents)
+            self.prompts.append(prompt)
+            context_after.append(prompt + t.max_tokens)
+            if t.kind == STEP_FAN_OUT_CHILD and t.parents:
+                children[t.parents[0]] = children.get(t.parents[0], 0) + 1
+            ctx += t.tokens
+            if i < last:
+                ctx += t.max_tokens
+        self.context.append(ctx)
+        self.fan_out.extend(children.values())
+
+
+def collect(
+    workload: Workload,
+    *,
+    seed: int,
+    n: int,
+    tokenizer: TextTokenizer,
+    block_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[ShapeFigures, ReuseCurve]:
+    """Shape figures and the reuse curve of sessions ``0..n-1``, in one pass."""
+    block = block_size or workload_block_size(workload)
+    offsets = workload.arrival_offsets()
+    shapes = ShapeFigures()
+    reuse = SessionReuse(block)
+    for k, s in enumerate(session_shapes(workload, seed, n, tokenizer, progress=progress)):
+        arrival = None if offsets is None else float(offsets[k])
+        if type(s) is tuple:
+            shapes.add_one(*s)
+            reuse.add_one(s[1], s[2], arrival)
+        else:
+            shapes.add(s)
+            reuse.add(s, arrival)
+    if shapes.first_steps:
+        shapes.kinds[STEP_FIRST] = shapes.kinds.get(STEP_FIRST, 0) + shapes.first_steps
+    return shapes, reuse.curve()
+
+
+def workload_block_size(workload: Workload) -> int:
+    """The trace's own block size (its hash_ids'), else vLLM's default of 16 tokens."""
+    return getattr(workload, "block_size", None) or DEFAULT_BLOCK_SIZE
+
+
+def reuse_figures(curve: ReuseCurve, capacities_tokens: list[int] | None = None) -> dict[str, Any]:
+    """Prefix reuse and the LRU capacity that realises it, in tokens (JSON-ready)."""
+    B = curve.block_size
+    reused = curve.hit_tokens(None)
+    working_set = curve.working_set_blocks * B
+    if capacities_tokens is None:
+        capacities_tokens = default_capacities(working_set)
+    return {
+        "block_size": B,
+        "prompt_tokens": curve.prompt_tokens,
+        "reused_tokens": reused,
+        "reuse": curve.hit_rate(None),
+        "working_set_tokens": working_set,
+        "capacity_tokens_for": {f"{share:.0%}": curve.capacity_for(share) * B for share in REUSE_SHARES},
+        "hit_rate_at": [
+            {
+                "capacity_tokens": c,
+                "hit_rate": curve.hit_rate(c // B),
+                "share_of_reuse": curve.hit_tokens(c // B) / reused if reused else 0.0,
+            }
+            for c in capacities_tokens
+        ],
+    }
+
+
+def default_capacities(working_set_tokens: int) -> list[int]:
+    """64k tokens and up by factors of 4, to the first at or past the working set (at least one)."""
+    out = [65_536]
+    while out[-1] < working_set_tokens:
+        out.append(out[-1] * 4)
+    return out
+
+
+def dist(values: array) -> dict[str, Any] | None:
+    """count, min, p50/p90/p99, max, mean and total of ``values`` (None when empty)."""
+    if not len(values):
+        return None
+    a = np.frombuffer(values, dtype=np.int64 if values.typecode == "q" else np.float64).astype(np.float64)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {
+        "count": len(a),
+        "min": float(a.min()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "max": float(a.max()),
+        "mean": float(a.mean()),
+        "total": float(a.sum()),
+    }

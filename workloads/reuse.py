@@ -1,0 +1,237 @@
+"""Prefix-cache reuse of a request stream, and the LRU cache size that realises it.
+
+The cache is a vLLM-style block cache: a prompt is cut into blocks of ``block_size`` tokens, a block
+is named by its whole prefix (a hash chain), and a request hits on its leading blocks that are
+cached. :class:`ReuseCounter` takes requests in arrival order and, in one pass, gives the hit rate
+of an LRU cache of *every* capacity (Mattson's stack algorithm): a block hits in an LRU of C blocks
+exactly when fewer than C distinct blocks were touched since it was last touched (its *stack
+distance*). Because a request touching block i+1 of a chain also touched block i, the head of a
+prompt is always more recent than its tail, so the blocks that hit in a cache of C blocks are a
+leading run of the prompt, as a prefix cache needs. At infinite capacity the hit rate is the
+theoretical prefix reuse.
+
+A request touches two kinds of blocks:
+
+* **shared blocks**, named by a key (their hash chain), which any later request may hit;
+* **private groups**: a run of full blocks only one session's later steps can reach (its
+  history: unique prompt text and the replies). A group is one entry of ``n`` blocks, so a
+  10k-token private history costs one update, not 600. A group no later step extends (a
+  single-turn trace row, a session's last step) is never looked up again: it only counts as
+  ``n`` more recently touched blocks for everything older, an O(1) add. That is what keeps a
+  10M-row trace without shared prefixes at a few microseconds a row.
+
+Within one request the tail is touched first and the head last (vLLM and the sim unpin a finished
+sequence tail first), so the shared head of a prompt is evicted last. What this leaves out: the
+blocks running requests pin (the cache here holds only what finished requests left), and the
+engine's chat template tokens.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class _Fenwick:
+    """Prefix sums over positions 1..n of non-negative weights, growing by doubling."""
+
+    __slots__ = ("_tree", "_weights")
+
+    def __init__(self, size: int = 1024) -> None:
+        self._tree = [0] * (size + 1)
+        self._weights = [0] * (size + 1)
+
+    def add(self, pos: int, delta: int) -> None:
+        if pos >= len(self._tree):
+            self._grow(pos)
+        self._weights[pos] += delta
+        tree, n = self._tree, len(self._tree)
+        while pos < n:
+            tree[pos] += delta
+            pos += pos & -pos
+
+    def prefix(self, pos: int) -> int:
+        """Sum of the weights at positions 1..pos."""
+        tree = self._tree
+        pos = min(pos, len(tree) - 1)
+        total = 0
+        while pos > 0:
+            total += tree[pos]
+            pos -= pos & -pos
+        return total
+
+    def _grow(self, pos: int) -> None:
+        size = len(self._tree) - 1
+        while size < pos:
+            size *= 2
+        weights = self._weights + [0] * (size + 1 - len(self._weights))
+        tree = weights[:]
+        for i in range(1, size + 1):  # O(n) build from the weights
+            j = i + (i & -i)
+            if j <= size:
+                tree[j] += tree[i]
+        self._tree, self._weights = tree, weights
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A session's private run of full blocks: its id and how many blocks it holds."""
+
+    group_id: Hashable
+    blocks: int
+
+
+class ReuseCounter:
+    """Stack distances of the blocks requests hit, over a stream of requests in arrival order.
+
+    Call :meth:`request` once per request; then :meth:`curve` gives the hit rate at each
+    capacity. Units: blocks of ``block_size`` tokens; hits and totals in tokens.
+    """
+
+    def __init__(self, block_size: int) -> None:
+        if block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        self.block_size = block_size
+        self.requests = 0
+        self.prompt_tokens = 0
+        self.unique_shared_blocks = 0
+        self._tree = _Fenwick()
+        self._live = 0  # weight in the tree
+        self._next_pos = 1
+        self._permanent = 0  # blocks of groups never looked up again, touched so far
+        self._where: dict[Hashable, tuple[int, int, int]] = {}  # key -> (pos, permanent then, blocks)
+        # Every hit-able run of blocks: distance of its first block, blocks, tokens per block.
+        self._dist = array("q")
+        self._count = array("q")
+        self._tokens = array("q")
+
+    def request(
+        self,
+        shared: Sequence[tuple[Hashable, int]],
+        ancestors: Sequence[Group],
+        prompt_tokens: int,
+        new: Group | None,
+        new_blocks: int,
+    ) -> None:
+        """One request, in arrival order.
+
+        ``shared``: its leading shareable blocks, ``(key, tokens)`` each (the last may hold fewer
+        than ``block_size`` tokens). ``ancestors``: the private groups of its session's context
+        before its own tokens, root first. ``prompt_tokens``: the whole prompt. ``new``: the group
+        of full blocks it adds after them (prompt tail and reply), or None when no later step
+        extends it; ``new_blocks`` is that group's size either way.
+        """
+        self.requests += 1
+        self.prompt_tokens += prompt_tokens
+        where = self._where
+        # Look up first (before this request's own touches), head to tail; a miss ends the hits.
+        chain_whole = True
+        for key, n in shared:
+            at = where.get(key)
+            if at is None:
+                chain_whole = False
+                break
+            self._record(self._distance(at), 1, n)
+        if chain_whole:
+            for g in ancestors:
+                at = where.get(g.group_id)
+                if at is None:
+                    break
+                self._record(self._distance(at), g.blocks, self.block_size)
+        # Then touch, tail first: the new group, the ancestors leaf to root, the shared blocks.
+        if new is None:
+            self._permanent += new_blocks
+        else:
+            self._touch(new.group_id, new.blocks)
+        for g in reversed(ancestors):
+            self._touch(g.group_id, g.blocks)
+        for key, _ in reversed(shared):
+            if key not in where:
+                self.unique_shared_blocks += 1
+            self._touch(key, 1)
+
+    def add_private(self, prompt_tokens: int, blocks: int) -> None:
+        """A request that shares nothing and that nothing extends: ``request((), (), prompt_tokens,
+        None, blocks)`` at a fraction of the cost."""
+        self.requests += 1
+        self.prompt_tokens += prompt_tokens
+        self._permanent += blocks
+
+    def _distance(self, at: tuple[int, int, int]) -> int:
+        pos, permanent_then, _ = at
+        return (self._live - self._tree.prefix(pos)) + (self._permanent - permanent_then)
+
+    def _record(self, dist: int, count: int, tokens: int) -> None:
+        self._dist.append(dist)
+        self._count.append(count)
+        self._tokens.append(tokens)
+
+    def _touch(self, key: Hashable, blocks: int) -> None:
+        old = self._where.get(key)
+        if old is not None:
+            self._tree.add(old[0], -old[2])
+            self._live -= old[2]
+        pos = self._next_pos
+        self._next_pos += 1
+        self._tree.add(pos, blocks)
+        self._live += blocks
+        self._where[key] = (pos, self._permanent, blocks)
+
+    def curve(self) -> ReuseCurve:
+        """The hit rate as a function of capacity, for the requests seen so far."""
+        return ReuseCurve(
+            block_size=self.block_size,
+            prompt_tokens=self.prompt_tokens,
+            dist=np.frombuffer(self._dist, dtype=np.int64).copy(),
+            count=np.frombuffer(self._count, dtype=np.int64).copy(),
+            tokens=np.frombuffer(self._tokens, dtype=np.int64).copy(),
+        )
+
+
+@dataclass(frozen=True)
+class ReuseCurve:
+    """Hit tokens of an LRU cache as a function of its capacity (blocks), from stack distances.
+
+    A run ``(d, n, t)`` is ``n`` blocks of ``t`` tokens at distances ``d, d+1, ..., d+n-1``: in a
+    cache of ``C`` blocks, ``clip(C - d, 0, n)`` of them hit.
+    """
+
+    block_size: int
+    prompt_tokens: int
+    dist: np.ndarray
+    count: np.ndarray
+    tokens: np.ndarray
+
+    def hit_tokens(self, capacity_blocks: int | None) -> int:
+        """Prompt tokens served from an LRU cache of ``capacity_blocks`` (None: unbounded)."""
+        if capacity_blocks is None:
+            return int((self.count * self.tokens).sum())
+        hits = np.clip(capacity_blocks - self.dist, 0, self.count)
+        return int((hits * self.tokens).sum())
+
+    def hit_rate(self, capacity_blocks: int | None) -> float:
+        """Share of prompt tokens served from the cache, 0..1 (0 for no prompt tokens)."""
+        return self.hit_tokens(capacity_blocks) / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def working_set_blocks(self) -> int:
+        """The smallest capacity that realises all of the reuse (0 when nothing is reused)."""
+        return int((self.dist + self.count).max()) if len(self.dist) else 0
+
+    def capacity_for(self, share: float) -> int:
+        """The smallest capacity (blocks) whose hits are at least ``share`` (0..1] of the unbounded
+        cache's; 0 when nothing is reused."""
+        want = share * self.hit_tokens(None)
+        if want <= 0:
+            return 0
+        lo, hi = 1, self.working_set_blocks
+        while lo < hi:  # hit_tokens grows with the capacity
+            mid = (lo + hi) // 2
+            if self.hit_tokens(mid) >= want:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
