@@ -30,6 +30,7 @@ class GenerationRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    ignore_eos: bool = False  # vLLM's extension: run to max_tokens whatever the profile's eos_lengths
 
 
 def parse_request(
@@ -81,7 +82,7 @@ def parse_request(
         include_usage = options.get("include_usage", False)
         if not isinstance(include_usage, bool):
             raise BadRequest("stream_options.include_usage must be true or false")
-    return GenerationRequest(endpoint, ids, max_tokens, stream, include_usage)
+    return GenerationRequest(endpoint, ids, max_tokens, stream, include_usage, _ignore_eos(body))
 
 
 def _messages(raw: Any) -> list[dict[str, Any]]:
@@ -180,7 +181,16 @@ def _parse_event_api(
         stream = False
     if not isinstance(stream, bool):
         raise BadRequest(f"stream must be true or false (got {stream!r})")
-    return GenerationRequest(endpoint, ids, max_tokens, stream, True)
+    return GenerationRequest(endpoint, ids, max_tokens, stream, True, _ignore_eos(body))
+
+
+def _ignore_eos(body: dict) -> bool:
+    value = body.get("ignore_eos", False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(f"ignore_eos must be true or false (got {value!r})")
+    return value
 
 
 def chat_view(endpoint: str, body: Any, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:

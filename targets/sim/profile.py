@@ -20,8 +20,12 @@ import math
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
+
+if TYPE_CHECKING:
+    from workloads.distributions import Distribution
 
 
 class ProfileError(ValueError):
@@ -55,9 +59,16 @@ class Profile:
     max_waiting: int
     max_model_len: int
     default_max_tokens: int
-    # reasoning (optional in a profile file): each chat reply opens with this many reasoning
-    # tokens (``reasoning_content`` deltas; at most max_tokens - 1, so an answer always follows)
+    # reasoning (optional in a profile file): each chat, Messages and Responses reply opens with
+    # this many reasoning tokens (at most max_tokens - 1, so an answer always follows)
     reasoning_tokens: int = 0
+    # natural reply lengths (optional): a distribution in the workload forms; replies end with
+    # "stop" at a drawn length below max_tokens (targets/sim/eos.py). None: always max_tokens.
+    eos_lengths: Distribution | None = None
+    # KV blocks on demand with preemption (optional): False reserves every block a request can
+    # need at admission, so nothing is ever preempted; True allocates blocks as tokens need them
+    # and preempts the newest running request when one can't be had (vLLM V1, recompute mode).
+    preemption: bool = False
 
     @property
     def num_blocks(self) -> int:
@@ -100,7 +111,7 @@ _NUMERIC_RULES: dict[str, tuple[float, float]] = {
     "reasoning_tokens": (0.0, math.inf),
 }
 _INT_FIELDS = {f.name for f in fields(Profile) if f.type == "int"}
-_OPTIONAL_FIELDS = {"reasoning_tokens": 0}
+_OPTIONAL_FIELDS = {"reasoning_tokens": 0, "eos_lengths": None, "preemption": False}
 
 
 def profile_names() -> list[str]:
@@ -154,6 +165,9 @@ def profile_from_dict(data: dict, source: str = "profile") -> Profile:
     unknown = sorted(values.keys() - known)
     if unknown:
         raise ProfileError(f"{source}: unknown field(s) {', '.join(unknown)}")
+    values["eos_lengths"] = _eos_lengths(values["eos_lengths"], source)
+    if not isinstance(values["preemption"], bool):
+        raise ProfileError(f"{source}: preemption must be true or false (got {values['preemption']!r})")
     for key, (lo, hi) in _NUMERIC_RULES.items():
         v = values[key]
         if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
@@ -168,3 +182,19 @@ def profile_from_dict(data: dict, source: str = "profile") -> Profile:
     if profile.num_blocks * profile.block_size_tokens < profile.max_model_len:
         raise ProfileError(f"{source}: kv_capacity_tokens must hold at least one max_model_len sequence")
     return profile
+
+
+def _eos_lengths(raw: object, source: str) -> Distribution | None:
+    """The ``eos_lengths`` knob: a distribution of reply lengths (tokens, at least 1), or None."""
+    if raw is None:
+        return None
+    # Imported here: the workload distributions bring numpy, which a sim without the knob skips.
+    from workloads.distributions import Distribution, parse_distribution
+    from workloads.errors import WorkloadError
+
+    if isinstance(raw, Distribution):
+        return raw
+    try:
+        return parse_distribution(raw, where=f"{source}: eos_lengths", integer=True, at_least=1)
+    except WorkloadError as e:
+        raise ProfileError(str(e)) from None

@@ -27,6 +27,7 @@ from targets.sim import info
 from targets.sim.answers import reply_pieces
 from targets.sim.api import BadRequest, chat_view, parse_request
 from targets.sim.engine import ABORTED, FINISHED, Engine, QueueFull, RequestTooLong, SimSequence
+from targets.sim.eos import LENGTH, STOP, reply_end
 from targets.sim.kept_responses import KeptResponses, without_instructions
 from targets.sim.metrics import ServerCounters, metric_values, render
 from targets.sim.profile import Profile
@@ -241,10 +242,10 @@ class SimServer:
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         return await self._handle_generation(request, RESPONSES)
 
-    def _event_template(self, endpoint: str, reply_id: str) -> MessagesTemplate | ResponsesTemplate:
+    def _event_template(self, endpoint: str, reply_id: str, reasoning: int) -> MessagesTemplate | ResponsesTemplate:
         if endpoint == MESSAGES:
-            return MessagesTemplate(reply_id, self.model_name)
-        return ResponsesTemplate(reply_id, self.created, self.model_name)
+            return MessagesTemplate(reply_id, self.model_name, reasoning)
+        return ResponsesTemplate(reply_id, self.created, self.model_name, reasoning)
 
     async def _handle_generation(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         t_received = time.perf_counter_ns()
@@ -285,8 +286,12 @@ class SimServer:
 
         stream = _Stream(req.stream)
         try:
-            # A known question's reply is its answer: as many tokens as it has words, at most.
-            n_tokens = req.max_tokens if pieces is None else min(req.max_tokens, len(pieces))
+            if pieces is None:  # filler words, to max_tokens or to an end drawn from eos_lengths
+                end = reply_end(self.profile.eos_lengths, self.config.seed, req.prompt_ids, req.max_tokens, req.ignore_eos)
+                n_tokens, rec.finish_reason, rec.eos_length = end.tokens, end.finish_reason, end.drawn
+            else:  # a known question's reply is its answer: as many tokens as it has words, at most
+                n_tokens = min(req.max_tokens, len(pieces))
+                rec.finish_reason = STOP if n_tokens == len(pieces) else LENGTH
             seq = self.engine.add(rid, req.prompt_ids, n_tokens, self.virtual_now(), handle=stream)
         except QueueFull as e:
             self.counters.requests_rejected += 1
@@ -329,22 +334,21 @@ class SimServer:
         resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, REQUEST_ID_HEADER: rec.request_id})
         await resp.prepare(request)
         events = endpoint in (MESSAGES, RESPONSES)
-        if events:
-            tpl = self._event_template(endpoint, completion_id)
-        else:
-            tpl = StreamTemplate(endpoint, completion_id, self.created, self.model_name)
         n = seq.max_tokens
-        words = seq.words
-        token = tpl.token
-        finish = "length"
-        if pieces is not None:  # a known question: its answer's words instead of filler words
-            words, token = pieces, tpl.text_token
-            finish = "stop" if n == len(pieces) else "length"
-        # Reasoning first (chat, filler replies): tokens [0, r) are reasoning deltas, the answer
-        # is the words from r on.
+        # Reasoning first (filler replies): tokens [0, r) are reasoning deltas, the answer is the
+        # words from r on.
         r = _reasoning(self.profile, endpoint, n, pieces)
         rec.reasoning_tokens = r
-        reasoning_chunk = tpl.reasoning_chunk if r else b""
+        if events:
+            tpl = self._event_template(endpoint, completion_id, r)
+        else:
+            tpl = StreamTemplate(endpoint, completion_id, self.created, self.model_name)
+        words = seq.words
+        token = tpl.token
+        finish = rec.finish_reason or LENGTH
+        if pieces is not None:  # a known question: its answer's words instead of filler words
+            words, token = pieces, tpl.text_token
+        reasoning_token = tpl.reasoning_token
         times = rec.t_chunks_ns
         fault = rec.fault if rec.fault in F.MID_STREAM else None
         fault_at = F.fault_token_index(n) if fault else -1
@@ -377,15 +381,21 @@ class SimServer:
                         return self._client_gone(rec, seq, resp)
                     fault = None
                     continue
-            if events and sent == 0:
-                parts = [tpl.opening(rec.prompt_tokens, seq.cached_tokens)]
-                parts.extend(token(words[i]) for i in range(sent, avail))
-            elif sent < r:
-                parts = [reasoning_chunk if i < r else token(words[i]) for i in range(sent, avail)]
-            else:
+            if sent and (sent > r or not r):  # the common case: answer tokens only, no block opens
                 parts = [token(words[i]) for i in range(sent, avail)]
-            if sent == 0 and endpoint == CHAT:
-                parts.insert(0, tpl.role())
+            else:
+                parts = []
+                if sent == 0 and events:
+                    parts.append(tpl.opening(rec.prompt_tokens, seq.cached_tokens))
+                elif sent == 0 and endpoint == CHAT:
+                    parts.append(tpl.role())
+                for i in range(sent, avail):
+                    if i < r:
+                        parts.append(reasoning_token())
+                        continue
+                    if i == r and r and events:  # the reasoning block closes, the answer's opens
+                        parts.append(tpl.answer_start())
+                    parts.append(token(words[i]))
             last = avail == n
             if last and events:
                 parts.append(tpl.closing(finish, rec.prompt_tokens, n, seq.cached_tokens))
@@ -451,15 +461,15 @@ class SimServer:
         else:
             r = rec.reasoning_tokens = _reasoning(self.profile, endpoint, n, pieces)
             text = "".join(pieces[:n]) if pieces is not None else "".join(" " + WORDS[w] for w in seq.words[r:])
+            finish = rec.finish_reason or LENGTH
             if endpoint in (MESSAGES, RESPONSES):
-                finish = "stop" if pieces is not None and n == len(pieces) else "length"
-                body = self._event_template(endpoint, completion_id).full(
+                body = self._event_template(endpoint, completion_id, r).full(
                     text, finish, rec.prompt_tokens, n, seq.cached_tokens
                 )
             else:
                 body = full_response(
                     endpoint, completion_id, self.created, self.model_name, text, rec.prompt_tokens, n,
-                    seq.cached_tokens, r,
+                    seq.cached_tokens, r, finish,
                 )  # fmt: skip
         rec.status = 200
         rec.completion_tokens = n
@@ -567,9 +577,10 @@ class SimServer:
 
 
 def _reasoning(profile: Profile, endpoint: str, n: int, pieces: list[str] | None) -> int:
-    """Reasoning tokens that open a reply of ``n`` tokens: the profile's, on chat replies of
-    filler words (a known question's answer has none), leaving at least one answer token."""
-    if not profile.reasoning_tokens or endpoint != CHAT or pieces is not None:
+    """Reasoning tokens that open a reply of ``n`` tokens: the profile's, on chat, Messages and
+    Responses replies of filler words (completions and a known question's answer have none),
+    leaving at least one answer token."""
+    if not profile.reasoning_tokens or endpoint == COMPLETIONS or pieces is not None:
         return 0
     return min(profile.reasoning_tokens, n - 1)
 

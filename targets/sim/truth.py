@@ -31,7 +31,7 @@ class TruthRecord:
 
     request_id: str
     server_id: str
-    endpoint: str  # "chat" | "completions"
+    endpoint: str  # "chat" | "completions" | "messages" | "responses"
     stream: bool
     t_received_ns: int  # handler start, request headers parsed
     time_scale: float
@@ -59,6 +59,13 @@ class TruthRecord:
     reasoning_tokens: int = 0
     t_first_output_ns: int | None = None
     prompt_reasoning_words: int = 0
+    # Where the reply ends (profile eos_lengths): "stop" before max_tokens at the drawn length,
+    # "length" at max_tokens; eos_length is the length drawn (None without eos_lengths).
+    finish_reason: str | None = None
+    eos_length: int | None = None
+    # Times the engine preempted the request (KV pressure, profile preemption): each time its KV
+    # was freed and later recomputed, a stall in its token times.
+    preemptions: int = 0
 
     def to_json(self) -> bytes:
         return orjson.dumps(self, default=_default)

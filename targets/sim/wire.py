@@ -62,6 +62,10 @@ class StreamTemplate:
         """The chunk carrying arbitrary generated ``text`` (a known answer's word), JSON-escaped."""
         return self.token_prefix + orjson.dumps(text)[1:-1] + self.token_suffix
 
+    def reasoning_token(self) -> bytes:
+        """The chunk carrying one reasoning token (chat: a ``reasoning_content`` delta)."""
+        return self.reasoning_chunk
+
     def role(self) -> bytes:
         """The chat stream's first chunk: the assistant role, no content (vLLM sends it first)."""
         return self._head + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
@@ -110,9 +114,10 @@ def full_response(
     completion_tokens: int,
     cached_tokens: int,
     reasoning_tokens: int = 0,
+    finish: str = "length",
 ) -> bytes:
     """The non-streaming JSON body (``chat.completion`` or ``text_completion``); a chat reply's
-    ``reasoning_tokens`` come as ``message.reasoning_content``."""
+    ``reasoning_tokens`` come as ``message.reasoning_content``; ``finish`` is its finish_reason."""
     if endpoint == CHAT:
         message = {"role": "assistant", "content": text}
         if reasoning_tokens:
@@ -121,12 +126,12 @@ def full_response(
             "index": 0,
             "message": message,
             "logprobs": None,
-            "finish_reason": "length",
+            "finish_reason": finish,
             "stop_reason": None,
         }
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
         obj = "text_completion"
     return orjson.dumps(
         {

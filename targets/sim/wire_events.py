@@ -5,6 +5,11 @@ JSON-escaped word and a suffix): ``opening`` goes out with the first token, ``cl
 last one, ``malformed`` is an event cut inside its JSON string. Every SSE event is named
 (``event: <type>``) and its data repeats the type, as both APIs do.
 
+A reply that opens with ``reasoning_tokens`` r > 0 streams them first, one ``reasoning_token()``
+each, in its own block (Messages: a ``thinking`` content block of ``thinking_delta`` events at
+index 0; Responses: a ``reasoning`` output item of ``response.reasoning_text.delta`` events at
+output index 0); ``answer_start()`` closes that block and opens the answer's (index 1).
+
 Usage follows each API: Messages ``input_tokens`` is the uncached part of the prompt, with
 ``cache_read_input_tokens`` beside it; Responses ``input_tokens`` is the whole prompt, with
 ``input_tokens_details.cached_tokens`` inside it.
@@ -14,12 +19,15 @@ from __future__ import annotations
 
 import orjson
 
-from targets.sim.wire import WORD_BYTES
+from targets.sim.wire import REASONING_WORD, WORD_BYTES
 
 MESSAGES = "messages"
 RESPONSES = "responses"
 
 _STOP_REASON = {"length": "max_tokens", "stop": "end_turn"}
+_REASONING_TEXT = " " + REASONING_WORD.decode()
+# What a thinking block is signed with: the API's signature is opaque to clients, so any string does.
+_SIGNATURE = "loadgen-sim"
 
 
 def _event(kind: str, obj: dict) -> bytes:
@@ -35,30 +43,38 @@ def messages_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: in
     }
 
 
-def responses_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+def responses_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int = 0) -> dict:
     return {
         "input_tokens": prompt_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens},
         "output_tokens": completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": prompt_tokens + completion_tokens,
     }
 
 
 class MessagesTemplate:
-    """One ``/v1/messages`` stream: ``message_start``, ``ping``, one text block of
-    ``text_delta`` events, ``message_delta`` (stop reason, output tokens), ``message_stop``."""
+    """One ``/v1/messages`` stream: ``message_start``, ``ping``, a ``thinking`` block of
+    ``thinking_delta`` events when the reply reasons, one text block of ``text_delta`` events,
+    ``message_delta`` (stop reason, output tokens), ``message_stop``."""
 
-    __slots__ = ("message_id", "model", "token_prefix")
+    __slots__ = ("message_id", "model", "reasoning_chunk", "reasoning_tokens", "text_index", "token_prefix")
 
     token_suffix = b'"}}\n\n'
 
-    def __init__(self, message_id: str, model: str) -> None:
+    def __init__(self, message_id: str, model: str, reasoning_tokens: int = 0) -> None:
         self.message_id = message_id
         self.model = model
+        self.reasoning_tokens = reasoning_tokens
+        self.text_index = 1 if reasoning_tokens else 0
         self.token_prefix = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+            + str(self.text_index).encode()
+            + b',"delta":{"type":"text_delta","text":"'
+        )
+        self.reasoning_chunk = (
             b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-            b'"delta":{"type":"text_delta","text":"'
+            b'"delta":{"type":"thinking_delta","thinking":" ' + REASONING_WORD + self.token_suffix
         )
 
     def token(self, word: int) -> bytes:
@@ -66,6 +82,10 @@ class MessagesTemplate:
 
     def text_token(self, text: str) -> bytes:
         return self.token_prefix + orjson.dumps(text)[1:-1] + self.token_suffix
+
+    def reasoning_token(self) -> bytes:
+        """One thinking token (the thinking block is open)."""
+        return self.reasoning_chunk
 
     def opening(self, prompt_tokens: int, cached_tokens: int) -> bytes:
         message = {
@@ -78,12 +98,24 @@ class MessagesTemplate:
             "stop_sequence": None,
             "usage": messages_usage(prompt_tokens, 1, cached_tokens),
         }
+        block = {"type": "thinking", "thinking": "", "signature": ""} if self.reasoning_tokens else {"type": "text", "text": ""}
         return (
             _event("message_start", {"type": "message_start", "message": message})
             + _event("ping", {"type": "ping"})
+            + _event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})
+        )
+
+    def answer_start(self) -> bytes:
+        """After the last thinking token: sign and close the thinking block, open the text block."""
+        return (
+            _event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": _SIGNATURE}},
+            )
+            + _event("content_block_stop", {"type": "content_block_stop", "index": 0})
             + _event(
                 "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
             )
         )
 
@@ -94,7 +126,7 @@ class MessagesTemplate:
             "usage": {"output_tokens": completion_tokens},
         }
         return (
-            _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            _event("content_block_stop", {"type": "content_block_stop", "index": self.text_index})
             + _event("message_delta", delta)
             + _event("message_stop", {"type": "message_stop"})
         )
@@ -103,14 +135,18 @@ class MessagesTemplate:
         return self.token_prefix + b"\n\n"
 
     def full(self, text: str, finish: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
-        """The non-streaming reply: one ``message`` object."""
+        """The non-streaming reply: one ``message`` object (a thinking block first when it reasons)."""
+        content: list[dict] = [{"type": "text", "text": text}]
+        if self.reasoning_tokens:
+            thinking = _REASONING_TEXT * self.reasoning_tokens
+            content.insert(0, {"type": "thinking", "thinking": thinking, "signature": _SIGNATURE})
         return orjson.dumps(
             {
                 "id": self.message_id,
                 "type": "message",
                 "role": "assistant",
                 "model": self.model,
-                "content": [{"type": "text", "text": text}],
+                "content": content,
                 "stop_reason": _STOP_REASON.get(finish, finish),
                 "stop_sequence": None,
                 "usage": messages_usage(prompt_tokens, completion_tokens, cached_tokens),
@@ -119,24 +155,41 @@ class MessagesTemplate:
 
 
 class ResponsesTemplate:
-    """One ``/v1/responses`` stream: ``response.created``, ``response.in_progress``, one message
-    item with one ``output_text`` part of ``response.output_text.delta`` events, the ``.done``
-    events, then ``response.completed`` (or ``response.incomplete`` when ``max_output_tokens``
-    ended it) with the usage. Events carry an increasing ``sequence_number``."""
+    """One ``/v1/responses`` stream: ``response.created``, ``response.in_progress``, a
+    ``reasoning`` item of ``response.reasoning_text.delta`` events when the reply reasons, one
+    message item with one ``output_text`` part of ``response.output_text.delta`` events, the
+    ``.done`` events, then ``response.completed`` (or ``response.incomplete`` when
+    ``max_output_tokens`` ended it) with the usage. Events carry an increasing ``sequence_number``."""
 
-    __slots__ = ("created", "item_id", "model", "pieces", "response_id", "seq", "token_prefix")
+    __slots__ = (
+        "created", "item_id", "model", "out_index", "pieces", "reasoning_id", "reasoning_prefix",
+        "reasoning_tokens", "response_id", "seq", "token_prefix",
+    )  # fmt: skip
 
-    def __init__(self, response_id: str, created: int, model: str) -> None:
+    def __init__(self, response_id: str, created: int, model: str, reasoning_tokens: int = 0) -> None:
         self.response_id = response_id
         self.created = int(created)
         self.model = model
-        self.item_id = "msg_" + response_id.removeprefix("resp_")
+        self.reasoning_tokens = reasoning_tokens
+        rid = response_id.removeprefix("resp_")
+        self.item_id = "msg_" + rid
+        self.reasoning_id = "rs_" + rid
+        self.out_index = 1 if reasoning_tokens else 0  # the message item's output_index
         self.seq = 0
         self.pieces: list[bytes] = []  # the JSON-escaped text streamed so far
         self.token_prefix = (
             b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":'
             + orjson.dumps(self.item_id)
-            + b',"output_index":0,"content_index":0,"delta":"'
+            + b',"output_index":'
+            + str(self.out_index).encode()
+            + b',"content_index":0,"delta":"'
+        )
+        self.reasoning_prefix = (
+            b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta","item_id":'
+            + orjson.dumps(self.reasoning_id)
+            + b',"output_index":0,"content_index":0,"delta":" '
+            + REASONING_WORD
+            + b'","sequence_number":'
         )
 
     def _next(self) -> int:
@@ -162,6 +215,10 @@ class ResponsesTemplate:
     def text_token(self, text: str) -> bytes:
         return self._delta(orjson.dumps(text)[1:-1])
 
+    def reasoning_token(self) -> bytes:
+        """One reasoning token (the reasoning item is open)."""
+        return self.reasoning_prefix + str(self._next()).encode() + b"}\n\n"
+
     def _response(self, status: str, output: list, usage: dict | None, finish: str | None = None) -> dict:
         return {
             "id": self.response_id,
@@ -179,45 +236,70 @@ class ResponsesTemplate:
         content = [{"type": "output_text", "text": text, "annotations": []}] if status else []
         return {"id": self.item_id, "type": "message", "status": status or "in_progress", "role": "assistant", "content": content}
 
-    def opening(self, prompt_tokens: int, cached_tokens: int) -> bytes:
-        return (
-            self._event("response.created", {"response": self._response("in_progress", [], None)})
-            + self._event("response.in_progress", {"response": self._response("in_progress", [], None)})
-            + self._event("response.output_item.added", {"output_index": 0, "item": self._item("", "")})
-            + self._event(
-                "response.content_part.added",
-                {
-                    "item_id": self.item_id,
-                    "output_index": 0,
-                    "content_index": 0,
-                    "part": {"type": "output_text", "text": "", "annotations": []},
-                },
-            )
+    def _reasoning_item(self, done: bool) -> dict:
+        content = [{"type": "reasoning_text", "text": _REASONING_TEXT * self.reasoning_tokens}] if done else []
+        status = "completed" if done else "in_progress"
+        return {"id": self.reasoning_id, "type": "reasoning", "status": status, "summary": [], "content": content}
+
+    def _message_opening(self) -> bytes:
+        return self._event(
+            "response.output_item.added", {"output_index": self.out_index, "item": self._item("", "")}
+        ) + self._event(
+            "response.content_part.added",
+            {
+                "item_id": self.item_id,
+                "output_index": self.out_index,
+                "content_index": 0,
+                "part": {"type": "output_text", "text": "", "annotations": []},
+            },
         )
+
+    def opening(self, prompt_tokens: int, cached_tokens: int) -> bytes:
+        head = self._event("response.created", {"response": self._response("in_progress", [], None)}) + self._event(
+            "response.in_progress", {"response": self._response("in_progress", [], None)}
+        )
+        if self.reasoning_tokens:
+            return head + self._event(
+                "response.output_item.added", {"output_index": 0, "item": self._reasoning_item(False)}
+            )
+        return head + self._message_opening()
+
+    def answer_start(self) -> bytes:
+        """After the last reasoning token: finish the reasoning item, open the message item."""
+        where = {"item_id": self.reasoning_id, "output_index": 0, "content_index": 0}
+        return (
+            self._event("response.reasoning_text.done", {**where, "text": _REASONING_TEXT * self.reasoning_tokens})
+            + self._event("response.output_item.done", {"output_index": 0, "item": self._reasoning_item(True)})
+            + self._message_opening()
+        )
+
+    def _output(self, text: str, status: str) -> list[dict]:
+        item = self._item(text, status)
+        return [self._reasoning_item(True), item] if self.reasoning_tokens else [item]
 
     def closing(self, finish: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
         text = orjson.loads(b'"' + b"".join(self.pieces) + b'"')
-        where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        where = {"item_id": self.item_id, "output_index": self.out_index, "content_index": 0}
         status = "incomplete" if finish == "length" else "completed"
         item = self._item(text, status)
-        usage = responses_usage(prompt_tokens, completion_tokens, cached_tokens)
+        usage = responses_usage(prompt_tokens, completion_tokens, cached_tokens, self.reasoning_tokens)
         return (
             self._event("response.output_text.done", {**where, "text": text, "logprobs": []})
             + self._event(
                 "response.content_part.done", {**where, "part": {"type": "output_text", "text": text, "annotations": []}}
             )
-            + self._event("response.output_item.done", {"output_index": 0, "item": item})
-            + self._event("response." + status, {"response": self._response(status, [item], usage, finish)})
+            + self._event("response.output_item.done", {"output_index": self.out_index, "item": item})
+            + self._event("response." + status, {"response": self._response(status, self._output(text, status), usage, finish)})
         )
 
     def malformed(self) -> bytes:
         return self.token_prefix + b"\n\n"
 
     def full(self, text: str, finish: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
-        """The non-streaming reply: one ``response`` object."""
+        """The non-streaming reply: one ``response`` object (a reasoning item first when it reasons)."""
         status = "incomplete" if finish == "length" else "completed"
-        usage = responses_usage(prompt_tokens, completion_tokens, cached_tokens)
-        return orjson.dumps(self._response(status, [self._item(text, status)], usage, finish))
+        usage = responses_usage(prompt_tokens, completion_tokens, cached_tokens, self.reasoning_tokens)
+        return orjson.dumps(self._response(status, self._output(text, status), usage, finish))
 
 
 def error_body(endpoint: str, message: str, status: int) -> bytes:

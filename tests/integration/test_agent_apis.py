@@ -3,7 +3,8 @@
 What the client measured is checked against the sim's truth log: every request ok, output tokens
 (from each API's usage) equal to the tokens the sim wrote, prompt and cached tokens equal to the
 sim's, and TTFT no shorter than the sim's own (handler start to first token write) and within a few
-milliseconds of it. The same conversation, tool calls included, is the same prompt on every API.
+milliseconds of it; with reasoning on, the reasoning tokens and TTFOT match the sim's as on chat.
+The same conversation, tool calls included, is the same prompt on every API.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from targets.sim.wire_events import MESSAGES, RESPONSES
 from .runs import loadgen, percentile, records, run_dir, sim, truth
 
 ADAPTERS = [("anthropic-messages", MESSAGES), ("openai-responses", RESPONSES)]
+REASONING = 3
 
 
 @pytest.mark.parametrize(("adapter", "endpoint"), ADAPTERS)
 def test_run_matches_the_sims_truth(tmp_path, adapter, endpoint) -> None:
     results = tmp_path / "results"
-    with sim(tmp_path, "--profile", "tiny", "--time-scale", "1", "--seed", "4") as (proc, truth_log):
+    spec = ("--profile", "tiny", "--time-scale", "1", "--seed", "4", "--reasoning-tokens", str(REASONING))
+    with sim(tmp_path, *spec) as (proc, truth_log):
         r = loadgen(
             "run", "--target", proc.url, "--adapter", adapter, "--workload", "tiny",
             "--num-sessions", "4", "--rate", "20", "--seed", "4", "--max-schedule-lag", "10s", "--results", str(results),
@@ -40,7 +43,7 @@ def test_run_matches_the_sims_truth(tmp_path, adapter, endpoint) -> None:
     t = truth(truth_log)
     assert len(recs) >= 4 and all(rec.ok for rec in recs), [rec.status for rec in recs]
     assert any(rec.cached_tokens for rec in recs)  # follow-up turns hit the prefix cache
-    ttft_err_ms = []
+    ttft_err_ms, ttfot_err_ms, extra_ms = [], [], []
     for rec in recs:
         tr = t[rec.request_id]
         assert tr["endpoint"] == endpoint and tr["stream"] and tr["outcome"] == "ok"
@@ -50,7 +53,17 @@ def test_run_matches_the_sims_truth(tmp_path, adapter, endpoint) -> None:
         sim_ttft_us = (tr["t_first_token_ns"] - tr["t_received_ns"]) / 1000
         assert rec.ttft_us >= sim_ttft_us
         ttft_err_ms.append((rec.ttft_us - sim_ttft_us) / 1000)
+        # Reasoning (thinking blocks, reasoning items) before the answer, as on chat: the same
+        # count, and TTFOT at the sim's first answer write: TTFOT - TTFT within
+        # test_run_reasoning.py's 2 ms of the sim's, TTFOT itself within this test's TTFT margins.
+        assert rec.reasoning_tokens == tr["reasoning_tokens"] == min(REASONING, rec.max_tokens - 1), rec.request_id
+        assert tr["prompt_reasoning_words"] == 0  # reasoning never went back into the history
+        ttfot_err_ms.append(abs(rec.ttfot_us - (tr["t_first_output_ns"] - tr["t_received_ns"]) / 1000) / 1000)
+        sim_extra_us = (tr["t_first_output_ns"] - tr["t_first_token_ns"]) / 1000
+        extra_ms.append((rec.ttfot_us - rec.ttft_us - sim_extra_us) / 1000)
     assert percentile(ttft_err_ms, 50) <= 5.0 and max(ttft_err_ms) <= 50.0, ttft_err_ms
+    assert percentile(ttfot_err_ms, 50) <= 5.0 and max(ttfot_err_ms) <= 50.0, ttfot_err_ms
+    assert max(abs(x) for x in extra_ms) <= 2.0, extra_ms
 
 
 @pytest.mark.parametrize(("adapter", "endpoint"), ADAPTERS)
@@ -121,6 +134,21 @@ def test_streamed_and_whole_replies_through_the_client(adapter) -> None:
         assert len(res.text.split()) == 6
     assert streamed.streamed and sum(streamed.chunk_tokens) == 6 and not whole.streamed
     assert streamed.text == whole.text  # the reply is a function of the prompt
+
+
+def test_reasoning_opens_streamed_and_whole_replies() -> None:
+    proc = SimProcess.start(["--profile", "tiny", "--time-scale", "0", "--reasoning-tokens", "2"])
+    try:
+        replies = {(a, s): _one(proc.url, a, stream=s) for a, _ in ADAPTERS for s in (True, False)}
+    finally:
+        proc.stop()
+    for (adapter, streamed), res in replies.items():
+        assert res.ok and res.output_tokens == 6, (adapter, res.error_message)
+        assert len(res.text.split()) == 4 and "ponder" not in res.text  # the answer alone is the reply text
+        if streamed:  # reasoning deltas first: the first answer token is the third token-bearing event
+            assert res.reasoning_tokens == 2 and res.t_first_output_ns >= res.t_first_ns
+        assert res.text == replies[(adapter, not streamed)].text
+    assert replies[("openai-responses", False)].usage.reasoning_tokens == 2  # output_tokens_details
 
 
 @pytest.mark.parametrize("adapter", [a for a, _ in ADAPTERS])

@@ -11,9 +11,11 @@ from targets.sim.faults import FaultConfig, FaultPicker
 from targets.sim.profile import Profile, ProfileError, load_profile, profile_from_dict, profile_names
 
 REQUIRED = {"h200-llama3-8b-fp8", "laptop-qwen2.5-1.5b-q4", "laptop-qwen2.5-1.5b-f16", "tiny"}
+# behaviour knobs, optional in a profile file: no hardware constant, so no source
+BEHAVIOUR_KNOBS = ("reasoning_tokens", "eos_lengths", "preemption")
 CONSTANTS = [
-    f.name for f in fields(Profile) if f.name not in ("name", "model_name", "description", "reasoning_tokens")
-]  # reasoning_tokens: a behaviour knob, optional (0)
+    f.name for f in fields(Profile) if f.name not in ("name", "model_name", "description", *BEHAVIOUR_KNOBS)
+]
 
 
 def test_required_profiles_ship():
