@@ -107,7 +107,7 @@ def test_a_fan_out_may_end_the_session_and_sequential_sub_agents_are_counted():
     assert stats["subagent_requests"] == sum(len(g["requests"]) for g in groups)
     assert stats["subagent_requests_folded"] == sum(len(g["requests"]) - 1 for g in groups)
     assert stats["main_requests"] == sum(1 for t in TRACES for e in t["requests"] if e.get("type") != "subagent")
-    assert stats["sequential_subagents_run_together"] == 1  # cc-c's second sub-agent starts after the first ended
+    assert stats["sequential_subagents"] == 1  # cc-c's second sub-agent starts after the first ended
     assert stats["block_size"] == A["block_size"] == 64
 
 

@@ -185,7 +185,7 @@ class _Builder:
         self._first_blocks: list[list[list[int]]] = []
         self.counts = dict.fromkeys(
             ("main_requests", "subagents", "subagent_requests", "subagent_requests_folded", "fan_outs",
-             "sequential_subagents_run_together", "subagents_without_parent", "context_not_grown",
+             "sequential_subagents", "subagents_without_parent", "context_not_grown",
              "think_times_cut"),
             0,
         )  # fmt: skip
@@ -235,7 +235,7 @@ class _Builder:
                     self.counts["subagents_without_parent"] += 1
                     continue
                 if children and group["start"] >= max(g["end"] for _, g in children):
-                    self.counts["sequential_subagents_run_together"] += 1
+                    self.counts["sequential_subagents"] += 1
                 if not children:
                     # The first sub-agent's own think time when the trace gives it; the others start
                     # as much later than it as they do in the trace.
