@@ -230,3 +230,19 @@ def test_max_think_time_cuts_longer_waits_and_counts_them():
     cut = [t.think_time_s for k in range(3) for t in wl.session(0, k).turns]
     assert cut == [min(x, cap) for x in plain] and max(plain) > cap
     assert wl.stats["think_times_cut"] == sum(x > cap for x in plain) and _weka().stats["think_times_cut"] == 0
+
+
+def test_a_sub_agents_own_sub_agents_are_left_out_and_counted(tmp_path):
+    trace = json.loads(json.dumps(A))
+    group = trace["requests"][2]
+    group["requests"].insert(1, json.loads(json.dumps(trace["requests"][3])))  # a sub-agent inside it
+    p = tmp_path / "nested.jsonl"
+    p.write_text(json.dumps(trace) + "\n")
+    wl = load_workload(p)
+    assert wl.stats["nested_subagents_left_out"] == 1 and _weka().stats["nested_subagents_left_out"] == 0
+    assert wl.stats["subagent_requests"] == sum(len(g["requests"]) for g in A["requests"] if g.get("type") == "subagent")
+    assert [t.kind for t in wl.session(0, 0).turns] == [t.kind for t in _session("cc-a").turns]
+    group["requests"] = [group["requests"][1]]
+    p.write_text(json.dumps(trace) + "\n")
+    with pytest.raises(WorkloadError, match=r"nested.jsonl line 1: requests\[2\].requests: holds only sub-agents"):
+        load_workload(p)

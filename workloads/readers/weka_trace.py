@@ -186,7 +186,7 @@ class _Builder:
         self.counts = dict.fromkeys(
             ("main_requests", "subagents", "subagent_requests", "subagent_requests_folded", "fan_outs",
              "sequential_subagents", "subagents_without_parent", "context_not_grown",
-             "think_times_cut"),
+             "nested_subagents_left_out", "think_times_cut"),
             0,
         )  # fmt: skip
 
@@ -231,6 +231,7 @@ class _Builder:
             if isinstance(entry, dict) and entry.get("type") == SUBAGENT:
                 group = _group(entry, where, block_size)
                 self.counts["subagent_requests"] += len(group["inner"])
+                self.counts["nested_subagents_left_out"] += group["nested"]
                 if prev is None:
                     self.counts["subagents_without_parent"] += 1
                     continue
@@ -378,7 +379,15 @@ def _group(entry: dict[str, Any], where: str, block_size: int) -> dict[str, Any]
         raise WorkloadError(
             f"{where}.requests: {short(inner_raw)} is not allowed; a sub-agent needs a non-empty list of requests"
         )
-    inner = [_request(r, f"{where}.requests[{j}]", block_size) for j, r in enumerate(inner_raw)]
+    # A sub-agent's own sub-agents are left out (counted): a fan-out child is one request.
+    nested = sum(isinstance(r, dict) and r.get("type") == SUBAGENT for r in inner_raw)
+    inner = [
+        _request(r, f"{where}.requests[{j}]", block_size)
+        for j, r in enumerate(inner_raw)
+        if not (isinstance(r, dict) and r.get("type") == SUBAGENT)
+    ]
+    if not inner:
+        raise WorkloadError(f"{where}.requests: holds only sub-agents; a sub-agent needs a request of its own")
     start = _seconds(entry, "t", where, required=False)
     start = inner[0]["t"] if start is None else start
     duration_ms = entry.get("duration_ms")
@@ -387,4 +396,4 @@ def _group(entry: dict[str, Any], where: str, block_size: int) -> dict[str, Any]
     else:
         end = max(r["end"] for r in inner)
     think = _seconds(entry, "think_time", where, required=False)
-    return {"inner": inner, "start": start, "end": max(start, end), "think_time": think}
+    return {"inner": inner, "start": start, "end": max(start, end), "think_time": think, "nested": nested}
