@@ -18,11 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from analysis.records import CUT_AT_STOP, RequestRecord
 from loadgen.config import RunConfig
-from loadgen.driver import Schedule, share_indices
+from loadgen.driver import Schedule
 
 __all__ = ["Accounting", "Share"]
 
@@ -53,7 +51,7 @@ class Accounting:
     outcomes: Counter = field(default_factory=Counter)
     sessions_started: int = 0
     sessions_not_started: dict[str, int] = field(default_factory=dict)
-    offsets: np.ndarray | None = None
+    schedule: Schedule | None = None  # or a loadgen.plan_stream.StreamedSchedule
     n_slots: int = 1
 
     @classmethod
@@ -63,9 +61,9 @@ class Accounting:
             if workload.num_sessions is not None:
                 limit = workload.num_sessions if limit is None else min(limit, workload.num_sessions)
             return cls(None if cfg.duration_s is not None else limit, workload.num_sessions, mode="closed-loop")
-        return cls(
-            len(schedule.offsets), schedule.available, list(schedule.cut_by), offsets=schedule.offsets
-        )
+        # A streamed schedule of a whole file is counted during the run (planned None until then:
+        # loadgen.plan_stream.count_in_background).
+        return cls(schedule.planned, schedule.available, list(schedule.cut_by), schedule=schedule)
 
     def count(self, records: Iterable[RequestRecord]) -> None:
         """One outcome per request sent: ``ok``, or its error category (``cut_at_stop`` included)."""
@@ -78,14 +76,9 @@ class Accounting:
 
     def due(self, shares: list[Share]) -> int:
         """How many arrivals of ``shares`` fall in their time ranges."""
-        if self.offsets is None:
+        if self.schedule is None:
             return 0
-        total = 0
-        for sh in shares:
-            idx = share_indices(len(self.offsets), self.n_slots, sh.slot, sh.splits)
-            t = self.offsets[idx]
-            total += int(np.count_nonzero((t >= sh.from_s) & (t < sh.until_s)))
-        return total
+        return self.schedule.due(self.n_slots, shares)
 
     def close(self, *, started_by_worker: dict[str, int], lost_shares: dict[str, list[Share]], aborted: bool) -> None:
         """Settle the sessions: started (as the workers last reported), and the rest by reason.

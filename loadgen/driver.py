@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,10 +84,49 @@ class Schedule:
     offsets: np.ndarray
     available: int | None = None
     cut_by: list[str] = field(default_factory=list)
+    streamed = False  # a loadgen.plan_stream.StreamedSchedule reads its arrivals from the file
+
+    @property
+    def planned(self) -> int:
+        return len(self.offsets)
+
+    def share_arrivals(
+        self,
+        n_slots: int,
+        slot: int,
+        splits: list[list[int]] | None = None,
+        from_s: float | None = None,
+        pause: Callable[[], None] | None = None,
+    ) -> Iterator[tuple[int, float, None]]:
+        """(session index, offset s, None) of slot ``slot``'s arrivals narrowed by ``splits``, due at
+        ``from_s`` or later; the workload builds session k by index."""
+        offsets = self.offsets
+        for k in share_indices(len(offsets), n_slots, slot, splits):
+            if from_s is None or offsets[k] >= from_s:
+                yield int(k), float(offsets[k]), None
+
+    def due(self, n_slots: int, shares: Iterable[Any]) -> int:
+        """How many arrivals of ``shares`` (``loadgen.accounting.Share``) fall in their time ranges."""
+        total = 0
+        for sh in shares:
+            t = self.offsets[share_indices(len(self.offsets), n_slots, sh.slot, sh.splits)]
+            total += int(np.count_nonzero((t >= sh.from_s) & (t < sh.until_s)))
+        return total
 
 
-def global_schedule(cfg: RunConfig, workload) -> Schedule:
-    """Every arrival of the run, the same on the master and on every worker (DESIGN §5)."""
+def global_schedule(cfg: RunConfig, workload, *, count: bool = True) -> Schedule:
+    """Every arrival of the run, the same on the master and on every worker (DESIGN §5).
+
+    A streamed trace (``workloads.streamed``) gets a ``loadgen.plan_stream.StreamedSchedule``, read
+    from the file as its arrivals come due; ``count`` (the master) counts its planned arrivals
+    when the run is cut.
+    """
+    from workloads.streamed import StreamedTraceWorkload
+
+    if isinstance(workload, StreamedTraceWorkload):
+        from loadgen.plan_stream import streamed_schedule
+
+        return streamed_schedule(cfg, workload, count=count)  # type: ignore[return-value]
     n = cfg.num_sessions
     available = workload.num_sessions
     if available is not None:
@@ -153,9 +192,13 @@ def share_indices(length: int, n_slots: int, slot: int, splits: list[list[int]] 
 
 def build_schedule(plan: Plan, workload) -> list[tuple[int, float]]:
     """This worker's (session index, intended offset s) pairs, in order."""
-    offsets = global_schedule(plan.config, workload).offsets
-    mine = share_indices(len(offsets), plan.n_workers, plan.slot)
-    return [(int(k), float(offsets[k])) for k in mine]
+    schedule = global_schedule(plan.config, workload, count=False)
+    return [(k, off) for k, off, _ in schedule.share_arrivals(plan.n_workers, plan.slot)]
+
+
+def _hand_back() -> None:
+    """Let the event loop run (heartbeats, messages) while a streamed share skips rows."""
+    gevent.sleep(0)
 
 
 def measure_connect_s(base_url: str, options: dict[str, Any], tries: int = 3) -> float | None:
@@ -260,7 +303,7 @@ class Driver:
         )
         self.t0_ns = 0
         if schedule is None and not cfg.concurrency:
-            schedule = global_schedule(cfg, workload)
+            schedule = global_schedule(cfg, workload, count=False)
         self.schedule = schedule
         self.connect_s = None if cfg.concurrency else measure_connect_s(cfg.target_url, options)
         self.session_lead_ns = session_lead_ns(self.connect_s)
@@ -297,9 +340,7 @@ class Driver:
         at ``from_s`` or later: a lost worker's share. False when this driver can no longer."""
         if self._stopping or self.schedule is None or not self.t0_ns:
             return False
-        offsets = self.schedule.offsets
-        mine = share_indices(len(offsets), self.plan.n_workers, slot, splits)
-        share = [(int(k), float(offsets[k])) for k in mine if offsets[k] >= from_s]
+        share = self.schedule.share_arrivals(self.plan.n_workers, slot, splits, from_s, pause=_hand_back)
         self._pool.spawn(self._arrivals, share)
         if self.done.is_set():
             self.done.clear()
@@ -332,22 +373,31 @@ class Driver:
     # -- arrival loops -------------------------------------------------------------------------
     def _open_loop(self) -> None:
         assert self.schedule is not None
-        offsets = self.schedule.offsets
-        mine = share_indices(len(offsets), self.plan.n_workers, self.plan.slot)
-        skip = self._skip_before_s
-        self._arrivals([(int(k), float(offsets[k])) for k in mine if skip is None or offsets[k] >= skip])
+        plan = self.plan
+        self._arrivals(self.schedule.share_arrivals(plan.n_workers, plan.slot, None, self._skip_before_s, _hand_back))
 
-    def _arrivals(self, share: list[tuple[int, float]]) -> None:
+    def _arrivals(self, share: Iterable[tuple[int, float, dict[str, Any] | None]]) -> None:
+        """Start each arrival of ``share`` at its time. A streamed share is read from the file as
+        it goes (``loadgen.plan_stream``): each session is built from its record."""
+        try:
+            self._start_arrivals(share)
+        except WorkloadError as e:  # a bad row of a streamed trace; the master's count names it too
+            log.error("worker stops its arrivals: %s", e)
+
+    def _start_arrivals(self, share: Iterable[tuple[int, float, dict[str, Any] | None]]) -> None:
         cfg = self.plan.config
         lead_ns = self.session_lead_ns
-        for index, offset_s in share:
+        for index, offset_s, record in share:
             t_ns = self.t0_ns + int(offset_s * 1e9)
             # Start the session ahead of time: its prompt is built and its connection opened
             # before the intended time, which run_session then sleeps to.
             sleep_until_ns(t_ns - lead_ns)
             if self._stopping:
                 return
-            session = self.workload.session(cfg.seed, index)
+            if record is None:
+                session = self.workload.session(cfg.seed, index)
+            else:
+                session = self.workload.record_session(cfg.seed, index, record)
             self.sessions_started += 1
             self._pool.spawn(run_session, self.ctx, session, t_ns)
 

@@ -141,7 +141,9 @@ def config_from_options(options: Any) -> RunConfig:
     workload_options = parse_options_flag(_opt(options, "workload_options", "") or "")
     workload_text = workload_file_text(workload)
     tokenizer = _opt(options, "tokenizer", "") or None
-    available = load_workload_named(workload, workload_format, workload_options, tokenizer).num_sessions
+    # A streamed trace is read only as far as --num-sessions asks (loadgen.plan_stream).
+    wl = load_workload_named(workload, workload_format, workload_options, tokenizer, stream=True)
+    available = wl.sessions_available(at_most=num_sessions or 1)
     check_session_count(num_sessions, available, "the workload")
 
     tokenizer_json = tokenizer_file_text(tokenizer) if tokenizer else None

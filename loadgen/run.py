@@ -123,7 +123,7 @@ def validate(opts: RunOptions) -> None:
     from loadgen.run_workload import load_workload_named, parse_options_flag
 
     workload = load_workload_named(
-        opts.workload, opts.workload_format, parse_options_flag(opts.workload_options or ""), opts.tokenizer
+        opts.workload, opts.workload_format, parse_options_flag(opts.workload_options or ""), opts.tokenizer, stream=True
     )
     for flag, value, parse in (
         ("--rate", opts.rate, parse_rate_per_s),
@@ -169,7 +169,8 @@ def validate(opts: RunOptions) -> None:
     check_positive("--burstiness", opts.burstiness, "1 = Poisson, < 1 burstier")
     if opts.num_sessions < 0 or opts.concurrency < 0:
         raise UserError("--num-sessions and --concurrency must be 0 or more")
-    check_session_count(opts.num_sessions, workload.num_sessions, f"--workload {opts.workload}")
+    available = workload.sessions_available(at_most=opts.num_sessions or 1)  # a streamed trace: read that far
+    check_session_count(opts.num_sessions, available, f"--workload {opts.workload}")
     if opts.trace:
         from workloads import arrivals
         from workloads.errors import WorkloadError
@@ -186,14 +187,14 @@ def validate(opts: RunOptions) -> None:
         from loadgen.metrics_endpoint import check_bindable
 
         check_bindable(opts.prometheus_host, opts.prometheus_port)
-    if opts.arrival == "trace" and not opts.trace and workload.arrival_offsets() is None:
+    if opts.arrival == "trace" and not opts.trace and not workload.has_arrival_times():
         raise UserError(
             "--arrival trace needs --trace FILE or a workload with timestamps (a Mooncake or Azure trace, "
             "or a session file with arrival_s)"
         )
     if opts.rate is not None and opts.trace_time_scale != 1.0:
         arrival = opts.arrival
-        if arrival == "trace" or (arrival == "auto" and (opts.trace or workload.arrival_offsets() is not None)):
+        if arrival == "trace" or (arrival == "auto" and (opts.trace or workload.has_arrival_times())):
             raise UserError("--rate and --trace-time-scale both rescale the trace; give one of them")
     try:
         from targets.registry import get_adapter

@@ -15,6 +15,8 @@ from typing import Any
 
 from loadgen.config import RunConfig
 from loadgen.errors import UserError
+from workloads.loader import is_streamed_file
+from workloads.streamed import STREAM_MIN_BYTES
 
 MAX_SHIPPED_BYTES = 64 * 1024 * 1024
 FILE_SUFFIXES = (".yaml", ".yml", ".jsonl", ".json", ".csv", ".gz", ".gzip", ".zst", ".zstd")
@@ -38,7 +40,8 @@ def workload_file_text(workload: str) -> str | None:
         return None
     if not p.is_file():
         raise UserError(f"--workload {workload}: no such file")
-    if p.stat().st_size > MAX_SHIPPED_BYTES:
+    if p.stat().st_size > MAX_SHIPPED_BYTES or is_streamed_file(p):
+        # A streamed trace never travels as one message: a worker reads it at the same path.
         return None
     # A gzip/zstd file (told by content) ships decompressed, so the worker needs no decompressor;
     # decompressed past the limit, the worker reads the same path, like any large file.
@@ -92,15 +95,17 @@ def load_workload_named(
     options: dict[str, str] | None = None,
     tokenizer: str | None = None,
     tokenizer_json: str | None = None,
+    stream: bool = False,
 ) -> Any:
-    """``workloads.load_workload`` with a one-line ``UserError`` naming the flag.
+    """``workloads.load_workload`` with a one-line ``UserError`` naming the flag. ``stream``: a large
+    trace is replayed as it is read (``workloads.streamed``), as a run does.
 
     The master reads the workload three times at start (options, validation, run.json): a large
     dataset is parsed once per process and file version, keyed by path, size and mtime.
     """
     return _load_once(
         workload, fmt, tuple(sorted((options or {}).items())), tokenizer, tokenizer_json,
-        _stamp(workload), _stamp(tokenizer) if tokenizer else None,
+        _stamp(workload), _stamp(tokenizer) if tokenizer else None, stream,
     )  # fmt: skip
 
 
@@ -121,20 +126,21 @@ def _load_once(
     tokenizer_json: str | None,
     _workload_stamp: tuple[int, int] | None,
     _tokenizer_stamp: tuple[int, int] | None,
+    stream: bool = False,
 ) -> Any:
     from workloads import load_workload
     from workloads.errors import WorkloadError
 
     tok = load_tokenizer(tokenizer, tokenizer_json)
     try:
-        return load_workload(workload, fmt=fmt, options=dict(options), tokenizer=tok)
+        return load_workload(workload, fmt=fmt, options=dict(options), tokenizer=tok, stream=stream)
     except WorkloadError as e:
         raise UserError(f"--workload: {e}") from None
 
 
 def has_timestamps(workload: str, fmt: str | None, options: dict[str, str], tokenizer: str | None = None) -> bool:
     """Whether the workload carries its own arrival times (a trace, a session file with arrival_s)."""
-    return load_workload_named(workload, fmt, options, tokenizer).arrival_offsets() is not None
+    return load_workload_named(workload, fmt, options, tokenizer, stream=True).has_arrival_times()
 
 
 def config_workload(cfg: RunConfig) -> Any:
@@ -145,10 +151,15 @@ def config_workload(cfg: RunConfig) -> Any:
         path = os.path.join(d, os.path.basename(cfg.workload) or f"workload{suffix}")
         with open(path, "w", encoding="utf-8") as f:
             f.write(cfg.workload_text)
-        return load_workload_named(path, cfg.workload_format, cfg.workload_options, cfg.tokenizer, cfg.tokenizer_json)
+        return load_workload_named(
+            path, cfg.workload_format, cfg.workload_options, cfg.tokenizer, cfg.tokenizer_json, stream=True
+        )
     if not os.path.exists(cfg.workload) and Path(cfg.workload).suffix.lower() in FILE_SUFFIXES:
         raise UserError(
             f"--workload {cfg.workload}: not on this host and too large to ship (over "
-            f"{MAX_SHIPPED_BYTES // 2**20} MiB); copy it to the same path on every worker"
+            f"{MAX_SHIPPED_BYTES // 2**20} MiB, or a trace of {STREAM_MIN_BYTES // 2**20} MiB or more, which "
+            "is streamed); copy it to the same path on every worker"
         )
-    return load_workload_named(cfg.workload, cfg.workload_format, cfg.workload_options, cfg.tokenizer, cfg.tokenizer_json)
+    return load_workload_named(
+        cfg.workload, cfg.workload_format, cfg.workload_options, cfg.tokenizer, cfg.tokenizer_json, stream=True
+    )

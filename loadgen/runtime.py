@@ -48,6 +48,7 @@ from loadgen.join_auth import (
     response,
     verify,
 )
+from loadgen.join_gate import JoinGate, install_join_gate
 from loadgen.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
     DEFAULT_WORKER_LOSS_TIMEOUT_S,
@@ -59,6 +60,7 @@ from loadgen.loss_timeouts import (
 from loadgen.master_quit import install_prompt_quit
 from loadgen.metrics import Delta, MetricsAggregate, Recorder
 from loadgen.options import check_session_count, config_from_options
+from loadgen.plan_stream import count_in_background
 from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
@@ -165,6 +167,7 @@ class LoadgenRuntime:
         self._run_info_doc: dict[str, Any] = {}
         self.n_slots = 0
         self.accounting: Accounting | None = None
+        self._count_greenlet: gevent.Greenlet | None = None  # a streamed trace counted during the run
         self._final_sent = False
         self._parent_pid = 0
         self.verdict: Verdict | None = None
@@ -189,6 +192,7 @@ class LoadgenRuntime:
         self.worker_loss_timeout_s = self._loss_timeout("worker_loss_timeout", DEFAULT_WORKER_LOSS_TIMEOUT_S)
         self.master_loss_timeout_s = self._loss_timeout("master_loss_timeout", DEFAULT_MASTER_LOSS_TIMEOUT_S)
         self._timeouts_checked = False
+        self.join_gate: JoinGate | None = None  # Locust's own messages wait for the join secret too
 
     def _loss_timeout(self, name: str, default_s: float) -> float:
         """A loss timeout from Locust's options; a bad one ends the process with a one-line error
@@ -223,6 +227,9 @@ class LoadgenRuntime:
             self.endpoint = install_endpoint(self.env, self)
         if self.role == "master":
             apply_to_master(self.worker_loss_timeout_s)
+            if self.join_secret is not None:
+                # Before any message is handled: Locust's spawn goes only to clients that proved it.
+                self.join_gate = install_join_gate(runner, self.accepted)
             install_prompt_quit(runner)
             gevent.signal_handler(STOP_SIGNAL, self._on_stop_request)
             ev.worker_report.add_listener(self._on_worker_report)
@@ -355,6 +362,7 @@ class LoadgenRuntime:
         if schedule is not None:
             check_session_count(cfg.num_sessions, schedule.available, "the trace" if cfg.arrival == "trace" else "the workload")
         self.accounting = Accounting.plan(cfg, schedule, workload)
+        self._count_greenlet = count_in_background(schedule, self.accounting, self._stop_on_bad_trace)
         self.t0_unix_s = 0.0
         self.t_end_unix_s = None
         self.last_run_dir = Path(cfg.results_dir) / cfg.run_id
@@ -488,7 +496,7 @@ class LoadgenRuntime:
         cfg = plan.config
         api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         workload = off_the_loop(load_plan_workload, cfg)
-        schedule = None if cfg.concurrency else off_the_loop(global_schedule, cfg, workload)
+        schedule = None if cfg.concurrency else off_the_loop(lambda: global_schedule(cfg, workload, count=False))
         self.recorder = Recorder()
         self.plan = plan
         self._done_sent = False
@@ -778,6 +786,8 @@ class LoadgenRuntime:
             return
         self.verified[wid] = True
         self._log_join(wid, "joined (proved the join secret)")
+        if self.join_gate is not None:
+            self.join_gate.admit(wid)  # Locust lists it now (and, mid-run, sends it its spawn)
         self._join_during_run(wid)
 
     def _log_join(self, wid: str, what: str) -> None:
@@ -1115,10 +1125,17 @@ class LoadgenRuntime:
             self._quit_requested = True
             gevent.spawn(self.env.runner.quit)
 
+    def _stop_on_bad_trace(self, message: str) -> None:
+        """A streamed trace's count found a bad row during the run: stop, naming it (exit 2)."""
+        self._abort_reason = message
+        self._fatal(message, 2)
+
     def _close_accounting(self, *, aborted: bool) -> dict[str, Any] | None:
         acc = self.accounting
         if acc is None:
             return None
+        if self._count_greenlet is not None:  # the planned count of a streamed trace, if still going
+            self._count_greenlet.join(timeout=0 if aborted else None)
         if self.role == "local":
             started = {"local": self.driver.sessions_started if self.driver else 0}
         else:

@@ -28,7 +28,48 @@ from workloads.text import BUILTIN, TextTokenizer
 from workloads.workload import Workload, check_seed_index, session_rng
 
 
-class DatasetWorkload(Workload):
+class RecordSessions:
+    """Sessions built from normalised records (the readers' output); for the workloads that hold
+    them (``DatasetWorkload``) and those that stream them (``workloads.streamed``).
+
+    Needs ``name``, ``tokenizer``, ``block_size`` and ``_blocks`` (a ``BlockTexts``).
+    """
+
+    name: str
+    tokenizer: TextTokenizer
+    block_size: int | None
+    _blocks: BlockTexts
+
+    def record_session(self, seed: int, index: int, rec: dict[str, Any]) -> Session:
+        """Session ``index`` for ``seed`` built from its normalised record ``rec``."""
+        r_text = session_rng(seed, index, "text")
+        turns = tuple(
+            Turn(
+                content=self._text(seed, t, r_text),
+                max_tokens=t["max_tokens"],
+                think_time_s=t.get("think_time", 0.0),
+                role=t.get("role", "user"),
+            )
+            for t in rec["turns"]
+        )
+        return Session(
+            session_id=rec["id"],
+            tenant=rec["tenant"],
+            system_prompt=rec.get("system_prompt", ""),
+            turns=turns,
+            index=index,
+            meta={"workload": self.name},
+        )
+
+    def _text(self, seed: int, turn: dict[str, Any], rng: random.Random) -> str:
+        if "content" in turn:
+            return turn["content"]
+        if "tokens" in turn:
+            return self.tokenizer.text(turn["tokens"], rng)
+        return self._blocks.text(seed, turn["blocks"], self.block_size or 1, self.tokenizer)
+
+
+class DatasetWorkload(RecordSessions, Workload):
     """The sessions of a dataset or trace file, in file (or arrival) order."""
 
     def __init__(
@@ -75,32 +116,7 @@ class DatasetWorkload(Workload):
 
     def session(self, seed: int, index: int) -> Session:
         check_seed_index(seed, index, len(self._records), where=self.source)
-        rec = self._records[index]
-        r_text = session_rng(seed, index, "text")
-        turns = tuple(
-            Turn(
-                content=self._text(seed, t, r_text),
-                max_tokens=t["max_tokens"],
-                think_time_s=t.get("think_time", 0.0),
-                role=t.get("role", "user"),
-            )
-            for t in rec["turns"]
-        )
-        return Session(
-            session_id=rec["id"],
-            tenant=rec["tenant"],
-            system_prompt=rec.get("system_prompt", ""),
-            turns=turns,
-            index=index,
-            meta={"workload": self.name},
-        )
-
-    def _text(self, seed: int, turn: dict[str, Any], rng: random.Random) -> str:
-        if "content" in turn:
-            return turn["content"]
-        if "tokens" in turn:
-            return self.tokenizer.text(turn["tokens"], rng)
-        return self._blocks.text(seed, turn["blocks"], self.block_size or 1, self.tokenizer)
+        return self.record_session(seed, index, self._records[index])
 
     def turn_hash_ids(self, index: int) -> list[dict[str, Any] | None] | None:
         """Per turn of session ``index``: ``{"hash_ids", "block_size", "tokens"}`` for a turn built from blocks."""

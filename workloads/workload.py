@@ -63,6 +63,16 @@ class Workload(ABC):
             f"{fingerprint}:tokenizer:{desc.get('sha256', desc['name'])}".encode()
         ).hexdigest()
 
+    def sessions_available(self, at_most: int | None = None) -> int | None:
+        """``num_sessions``, counted up to ``at_most`` at least: a streamed trace
+        (``workloads.streamed``) reads only that far to tell whether it holds that many."""
+        return self.num_sessions
+
+    def has_arrival_times(self) -> bool:
+        """Whether the source carries arrival times (``arrival_offsets`` is not None), told without
+        reading a streamed trace whole."""
+        return self.arrival_offsets() is not None
+
     def arrival_offsets(self) -> np.ndarray | None:
         """Arrival offsets carried by the source (seconds from the first, one per session, sorted).
 

@@ -62,13 +62,18 @@ class AzureReader(WorkloadReader):
         stem = path.stem
         any_row = False
         for lineno, row in enumerate(reader, start=2):
-            if not row or not any(cell.strip() for cell in row):
+            if not row or not (row[0].strip() or any(cell.strip() for cell in row)):
                 continue
-            at = f"{where} line {lineno}"
             if len(row) < width:
-                raise WorkloadError(f"{at}: {len(row)} columns, the header has {width}; give every column")
-            n_in = whole_number(_int(row[i_in]), where=f"{at}: ContextTokens", at_least=0)
-            n_out = whole_number(_int(row[i_out]), where=f"{at}: GeneratedTokens", at_least=0)
+                raise WorkloadError(f"{where} line {lineno}: {len(row)} columns, the header has {width}; give every column")
+            try:  # the usual case in one step; anything else takes the checks that name the fault
+                n_in, n_out = int(row[i_in]), int(row[i_out])
+            except ValueError:
+                n_in = n_out = -1
+            if n_in < 0 or n_out < 0:
+                at = f"{where} line {lineno}"
+                n_in = whole_number(_int(row[i_in]), where=f"{at}: ContextTokens", at_least=0)
+                n_out = whole_number(_int(row[i_out]), where=f"{at}: GeneratedTokens", at_least=0)
             t_s = times.seconds(lineno, row[i_time].strip())
             any_row = True
             yield TraceRow(
@@ -77,7 +82,7 @@ class AzureReader(WorkloadReader):
                 {
                     "id": f"{stem}-L{lineno}",
                     "tenant": tenant,
-                    "turns": [{"tokens": max(1, n_in), "max_tokens": max(1, n_out), "role": "user"}],
+                    "turns": [{"tokens": n_in or 1, "max_tokens": n_out or 1, "role": "user"}],
                     "context_tokens": n_in,
                 },
             )

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from analysis.units import parse_duration_s
 from workloads.compressed import read_text
 from workloads.errors import WorkloadError
+from workloads.readers.stream import TraceRow
 from workloads.text import BUILTIN, TextTokenizer
 from workloads.workload import Workload
 
@@ -38,6 +39,21 @@ class WorkloadReader(ABC):
     @abstractmethod
     def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> Workload:
         """Read and validate ``path``; every error is a one-line ``WorkloadError`` naming file, line, field."""
+
+    def iter_rows(self, path: Path, options: Mapping[str, str]) -> Iterator[TraceRow]:
+        """The file's sessions one at a time, in file order, each validated as it is read
+        (``workloads.readers.stream.TraceRow``; the same errors as ``read``).
+
+        Formats whose sessions are their rows and whose files are in time order implement it
+        (``streams_rows``): a large such file is then replayed as it is read
+        (``workloads.streamed``), never held whole.
+        """
+        raise NotImplementedError(f"the {self.name} reader reads whole files only")
+
+    @property
+    def streams_rows(self) -> bool:
+        """Whether ``iter_rows`` is implemented."""
+        return type(self).iter_rows is not WorkloadReader.iter_rows
 
     def check_options(self, options: Mapping[str, str], where: str) -> None:
         for key in options:

@@ -12,10 +12,9 @@ import codecs
 import gzip
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from workloads.compressed import compression
 from workloads.errors import WorkloadError
@@ -24,8 +23,7 @@ from workloads.errors import WorkloadError
 READ_BLOCK_BYTES = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class TraceRow:
+class TraceRow(NamedTuple):
     """One request of a trace: its line, its arrival on the trace's clock and its session record.
 
     ``time_s`` is seconds on the trace's own clock (for ISO datetimes, from the first row's), or
@@ -125,6 +123,12 @@ class CsvTimes:
         self._numbers = False
 
     def seconds(self, lineno: int, cell: str) -> float:
+        origin = self._origin
+        if origin is not None:  # the usual case first: a datetime after the first one
+            try:
+                return (datetime.fromisoformat(cell) - origin).total_seconds()
+            except (ValueError, TypeError):
+                pass  # the checks below name what is wrong
         path = self._path
         try:
             value = float(cell)

@@ -1,0 +1,171 @@
+"""``StreamedTraceWorkload``: a large trace replayed as it is read, never held whole in memory.
+
+A trace whose sessions are its rows (Azure, BurstGPT, Mooncake: ``WorkloadReader.iter_rows``) is
+read row by row each time a pass needs it: the master's count of planned sessions, each worker's
+share of the arrivals. Memory is one block of text and the sessions in flight, whatever the file's
+size.
+
+What a whole-file read gives, it keeps: session k is the k-th arrival and its record is the one
+the whole-file reader builds. That holds because such a file must be in time order (published
+traces are): rows are taken in file order, and a row earlier than the one before it is a one-line
+error naming its line (the whole-file reader sorts instead, which needs the whole file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workloads.blocks import BlockTexts
+from workloads.dataset import RecordSessions
+from workloads.errors import WorkloadError
+from workloads.readers.base import WorkloadReader
+from workloads.readers.stream import READ_BLOCK_BYTES, TraceRow
+from workloads.spec import DEFAULT_TENANT
+from workloads.text import BUILTIN, TextTokenizer
+from workloads.workload import Workload, check_seed_index
+
+# Files at least this large are streamed when the reader can (smaller ones are read whole: cheap,
+# and they may be in any order). A 10-million-row Azure trace is ~400 MB; 8 MiB is ~200k rows.
+STREAM_MIN_BYTES = 8 * 1024 * 1024
+
+
+class StreamedTraceWorkload(RecordSessions, Workload):
+    """The sessions of a time-ordered trace file, read row by row (see the module docstring).
+
+    ``rows()`` is the one way in: every pass re-reads the file. ``session(seed, index)`` reads up to
+    row ``index`` (fine for a few, slow for many); replays go through ``rows()``
+    (``loadgen.plan_stream``) and build each session with ``record_session``.
+    """
+
+    def __init__(
+        self,
+        reader: WorkloadReader,
+        path: Path,
+        options: dict[str, str],
+        *,
+        tokenizer: TextTokenizer = BUILTIN,
+    ) -> None:
+        self._reader = reader
+        self._path = path
+        self.kind = reader.name
+        self.name = path.stem
+        self.source = str(path)
+        self.options = dict(options)
+        self.tokenizer = tokenizer
+        self.block_size = getattr(reader, "block_size", None) and reader.block_size(options, self.source)
+        self._blocks = BlockTexts()
+        self.stats: dict[str, Any] = {"streamed": True}
+        first = self._first_row()
+        self._timed = first.time_s is not None
+        self._tenants = (first.record.get("tenant") or options.get("tenant") or DEFAULT_TENANT,)
+        self._count: int | None = None
+        self._fingerprint: str | None = None
+
+    def _first_row(self) -> TraceRow:
+        rows = self._reader.iter_rows(self._path, self.options)
+        try:
+            return next(rows)  # the header and the first row are checked before anything is planned
+        finally:
+            rows.close()  # type: ignore[attr-defined]
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def rows(self) -> Iterator[TraceRow]:
+        """Every row, in file order, validated as read; a row earlier than the one before it (in a
+        timed trace) is a one-line error: a streamed trace is replayed in file order."""
+        prev_t = -float("inf")
+        prev_line = 0
+        for row in self._reader.iter_rows(self._path, self.options):
+            t = row.time_s
+            if t is not None:
+                if t < prev_t:
+                    raise WorkloadError(
+                        f"{self.source} line {row.lineno}: timestamp is {prev_t - t:g} s before line {prev_line}'s; "
+                        f"a trace of {STREAM_MIN_BYTES // 2**20} MiB or more is replayed as it is read and must be "
+                        "in time order: sort its rows by time"
+                    )
+                prev_t, prev_line = t, row.lineno
+            yield row
+
+    # -- Workload ------------------------------------------------------------------------------
+    @property
+    def num_sessions(self) -> int:
+        """Every row, counted by one pass over the file (kept once counted)."""
+        if self._count is None:
+            self._count = sum(1 for _ in self.rows())
+        return self._count
+
+    def sessions_available(self, at_most: int | None = None) -> int:
+        if self._count is not None or at_most is None:
+            return self.num_sessions
+        n = 0
+        for _ in self.rows():
+            n += 1
+            if n >= at_most:
+                break
+        return n
+
+    def has_arrival_times(self) -> bool:
+        return self._timed
+
+    @property
+    def tenants(self) -> tuple[str, ...]:
+        return self._tenants
+
+    def arrival_offsets(self) -> np.ndarray | None:
+        """Every row's offset from the first (one pass, one float per row: not for replays, which
+        take them row by row through ``rows()``)."""
+        if not self._timed:
+            return None
+        times = np.fromiter((r.time_s for r in self.rows()), dtype=np.float64)
+        return times - times[0] if len(times) else times
+
+    def session(self, seed: int, index: int) -> Any:
+        check_seed_index(seed, index, None, where=self.source)
+        for k, row in enumerate(self.rows()):
+            if k == index:
+                return self.record_session(seed, index, row.record)
+        check_seed_index(seed, index, self.num_sessions, where=self.source)
+        raise AssertionError("unreachable")
+
+    def fingerprint(self) -> str:
+        """sha256 over the reader, its options, the tokenizer and the file's bytes (one pass in C;
+        a whole-file read hashes its parsed records instead)."""
+        if self._fingerprint is None:
+            h = hashlib.sha256(f"streamed:{self.kind}:1\n".encode())
+            h.update(json.dumps(self.options, sort_keys=True, default=str).encode())
+            h.update(json.dumps(self.tokenizer.describe(), sort_keys=True).encode())
+            with open(self._path, "rb") as f:
+                while block := f.read(READ_BLOCK_BYTES * 4):
+                    h.update(block)
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "source": self.source,
+            "fingerprint": self.fingerprint(),
+            "num_sessions": self._count,
+            "options": self.options,
+            "timestamps": self._timed,
+            "streamed": True,
+        }
+
+
+def should_stream(reader: WorkloadReader, path: Path) -> bool:
+    """Whether ``path`` is replayed as it is read: the reader iterates rows and the file is large."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    return reader.streams_rows and size >= STREAM_MIN_BYTES
