@@ -35,6 +35,7 @@ import orjson
 import pytest
 
 from analysis.records import RequestRecord
+from loadgen.loss_timeouts import DEFAULT_WORKER_LOSS_TIMEOUT_S
 from tests import netns
 from workloads import load_workload
 
@@ -50,7 +51,9 @@ HOSTS = {"m": 2, "t": 10, "w1": 11, "w2": 12, "r": 13}
 SIM_PORT, TARGET_RELAY_PORT, LOCAL_RELAY_PORT = 8000, 8001, 7000
 LINK_DELAY_MS = 40.0  # each way, on the relayed path
 SESSIONS, RATE_PER_S = 30, 15
-CUT_AT_S, CUT_S = 0.5, 1.0  # after the run's start; the master names a worker lost after 3 s of silence
+# w1 is cut off from the master 0.5 s into the run for 2 s: 40% of the master's loss window (a worker
+# silent for --worker-loss-timeout, 5 s, is lost), leaving room for TCP to retransmit after the heal.
+CUT_AT_S, CUT_S = 0.5, 0.4 * DEFAULT_WORKER_LOSS_TIMEOUT_S
 SKEW_S = 0.3
 RUN_TIMEOUT_S = 60.0
 MARKER = f"plan-marker-{secrets.token_hex(8)}"
@@ -320,6 +323,7 @@ def test_a_delay_on_the_control_path_changes_no_result(net: Net, direct: Outcome
 
 def test_a_cut_between_worker_and_master_that_heals_in_time_loses_nothing(net: Net, capsys) -> None:
     cut: dict[str, float] = {}
+    port = 5580
 
     def cut_w1_from_master(run_dir: Path) -> None:
         info = _wait_for(lambda: (i := _run_json(run_dir)).get("t0_unix_s") and i, 40, "the run to start")
@@ -327,12 +331,16 @@ def test_a_cut_between_worker_and_master_that_heals_in_time_loses_nothing(net: N
         net.topo.partition("w1", "m")
         cut["from_s"] = time.time() - info["t0_unix_s"]
         try:
-            time.sleep(CUT_S)
+            # The cut is real: a new connection from w1 to the master's port fails meanwhile.
+            probe = net.start("w1", ["bash", "-c", f"exec 3<>/dev/tcp/{net.topo.address('m')}/{port}"], "mh-cut-probe")
+            cut["probe_rc"] = probe.wait(timeout=CUT_S)
+            time.sleep(max(0.0, info["t0_unix_s"] + CUT_AT_S + CUT_S - time.time()))
         finally:
             net.topo.heal("w1", "m")
             cut["to_s"] = time.time() - info["t0_unix_s"]
 
-    out = net.run("mh-cut", during=cut_w1_from_master)
+    out = net.run("mh-cut", master_port=port, during=cut_w1_from_master)
+    assert cut["probe_rc"] != 0, out.logs["probe"]
     _assert_every_session_once(out, net.workload)
     # w1 finished requests while it could not reach the master: they came after the heal.
     [w1] = [w["id"] for w in out.info["workers"] if w["host"] == "w1"]
