@@ -109,6 +109,11 @@ def main() -> None:
         action="store_true",
         help="the proxy on a core of its own; the sim and the client share the others",
     )
+    ap.add_argument(
+        "--assembler-apart",
+        action="store_true",
+        help="with --pin: the assembler process beside the sim and the client, not the relay",
+    )
     args = ap.parse_args()
     if args.time_scale <= 0:
         ap.error("--time-scale must be > 0 (see the module docstring)")
@@ -129,8 +134,9 @@ def main() -> None:
             cores = sorted(os.sched_getaffinity(0))
             if len(cores) < 2:
                 ap.error("--pin needs at least two cores")
-            for pid in (cap.proc.pid, *helpers):
-                _pin(pid, {cores[-1]})
+            _pin(cap.proc.pid, {cores[-1]})
+            for pid in helpers:
+                _pin(pid, set(cores[:-1]) if args.assembler_apart else {cores[-1]})
             for pid in (sim.proc.pid, os.getpid()):
                 _pin(pid, set(cores[:-1]))
         print(
@@ -138,6 +144,7 @@ def main() -> None:
             f"{args.duration:g} s window per point; times in ms (p50 / p99); token times: "
             + ("client reads" if args.read_stamps else "client kernel receive stamps")
             + ("; proxy on a core of its own" if args.pin else "")
+            + (", its assembler process beside the sim" if args.pin and args.assembler_apart else "")
         )
         header = (
             f"{'path':<14} {'streams':>7} {'requests':>8}  {'TTFT added':>15}  {'token delivery':>15}  "

@@ -42,7 +42,7 @@ SHED = 5  # the feed dropped the reply's pieces: the assembler was too far behin
 OUTCOMES = (REPLIED, CLIENT_LEFT, UPSTREAM_BROKE, UNREACHABLE, LEFT_BEFORE_HEAD, SHED)
 
 FLUSH_INTERVAL_S = 0.005
-MAX_UNSENT_BYTES = 256 * 1024 * 1024
+MAX_UNSENT_BYTES = 64 * 1024 * 1024  # what a lagging assembler may cost the relay in memory
 _FRAME_HEAD = struct.Struct("<Q")
 _F_SETPIPE_SZ = 1031  # Linux: a bigger pipe rides out the assembler's file writes
 PIPE_BYTES = 1 << 20
@@ -97,6 +97,9 @@ class ExchangeFeed:
         self._next_xid = 0
         self._shed: set[int] = set()  # exchanges whose pieces are no longer sent
         self._closed = False
+        # The pipe's unsent bytes were past max_unsent_bytes at the last flush (checked once a
+        # flush, not once a piece).
+        self.shedding = False
         self.broken = False  # the assembler process went away before we closed its pipe
         self.sent_events = 0
 
@@ -111,7 +114,7 @@ class ExchangeFeed:
 
     def begin(self, t_ns: int, endpoint: str, session_key: str | None, body: bytes) -> int:
         xid = self._next_xid = self._next_xid + 1
-        if self._lagging():
+        if self.shedding:
             self._shed.add(xid)
             self._push((BEGIN, xid, t_ns, endpoint, session_key, None))
         else:
@@ -124,7 +127,7 @@ class ExchangeFeed:
     def chunk(self, xid: int, t_ns: int, piece: bytes) -> None:
         if xid in self._shed:
             return
-        if self._lagging():
+        if self.shedding:
             self._shed.add(xid)
             return
         self._push((CHUNK, xid, t_ns, piece))
@@ -146,6 +149,7 @@ class ExchangeFeed:
             return
         self.sent_events += len(events)
         self._transport.write(encode_frame(events))
+        self.shedding = self._transport.get_write_buffer_size() > self.max_unsent_bytes
 
     def close(self) -> None:
         """Flush and close the pipe: the assembler process then writes everything and exits."""
@@ -171,7 +175,3 @@ class ExchangeFeed:
         if self._timer is None:
             assert self._loop is not None
             self._timer = self._loop.call_later(FLUSH_INTERVAL_S, self.flush)
-
-    def _lagging(self) -> bool:
-        t = self._transport
-        return t is not None and t.get_write_buffer_size() > self.max_unsent_bytes

@@ -91,6 +91,7 @@ def test_a_feed_nobody_reads_sheds_bodies_and_pieces_and_says_so() -> None:
         first = feed.begin(t, CHAT, "k", big)
         feed.head(first, 200, SSE, "")
         feed.flush()
+        assert feed.shedding  # nothing reads the pipe yet
         second = feed.begin(t, CHAT, "k2", _body("q"))
         feed.chunk(first, t, TOKEN)
         feed.chunk(second, t, TOKEN)
