@@ -2,7 +2,8 @@
 
 It answers every challenge with a made-up MAC, and sends READY, a report, a final and a DONE
 carrying a fabricated record for the run named by ``ROGUE_RUN_ID``: a master that requires the
-join secret must merge none of it.
+join secret must merge none of it. It prints ``ROGUE: received <type>`` for the first message of
+each type the master sends it (Locust's own included: ``spawn`` carries the master's options).
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ def _payload() -> dict:
 @events.init.add_listener
 def _forge(environment, **_kwargs) -> None:
     runner = environment.runner
+    seen: set[str] = set()
+    locust_handle_message = runner.handle_message
+
+    def record(msg) -> None:
+        if msg.type not in seen:
+            seen.add(msg.type)
+            print(f"ROGUE: received {msg.type}", flush=True)
+        locust_handle_message(msg)
+
+    runner.handle_message = record  # every message from the master, Locust's own included
     runner.register_message("loadgen_challenge", lambda msg, **_: runner.send_message("loadgen_auth", {"mac": "00" * 32}))
     runner.register_message("loadgen_denied", lambda msg, **_: print("ROGUE: denied", flush=True))
     runner.register_message("loadgen_plan", lambda msg, **_: print("ROGUE: got a plan", flush=True))

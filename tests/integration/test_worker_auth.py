@@ -67,6 +67,13 @@ def test_a_master_with_a_secret_takes_only_the_worker_that_proves_it(tmp_path) -
         assert "the master refused this worker" in out[name], out[name][-2000:]
     assert "ROGUE: denied" in out["forger"]
     assert "ROGUE: got a plan" not in out["forger"] and "ROGUE: got go" not in out["forger"]
+    # Nothing else reached the forger either: not Locust's spawn (the master's options, the target
+    # URL, the rate), not a heartbeat answer; only the challenge and the refusal. It was listening
+    # from before the challenge came, so the check sees every message it got.
+    received = {line.split("ROGUE: received ", 1)[1].strip() for line in out["forger"].splitlines() if "ROGUE: received " in line}
+    assert "loadgen_challenge" in received, out["forger"][-2000:]
+    assert received <= {"loadgen_challenge", "loadgen_denied"}, received
+    assert proc.url not in out["forger"]
     assert out["master"].count("refused: it answered with a wrong join secret") == 2, out["master"][-3000:]  # wrong, forger
     assert out["master"].count("refused: it answered with no join secret") == 1
     ignored = [line for line in out["master"].splitlines() if "unauthenticated worker" in line and "ignored" in line]
