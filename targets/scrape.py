@@ -28,6 +28,10 @@ sim             ``sim:prefix_cache_hits_total`` /           ``sim:queue_time_sec
                 the ``sim:prefix_cache_hit_rate`` gauge
 ==============  ==========================================  ===============================  ==========================
 
+Preemptions: ``vllm:num_preemptions_total`` (vLLM; the sim exports it too) or
+``sim:num_preemptions_total``. The sim exports vLLM's names beside its own (docs/sim.md); a page
+with ``sim:`` names is the sim's, and the vLLM names give the same picks.
+
 Series with different labels (engines, data-parallel ranks) are summed; a gauge hit rate is
 averaged. Every helper returns None when the page lacks what it needs.
 """
@@ -53,6 +57,7 @@ __all__ = [
     "http_get",
     "mean_queue_time_s",
     "parse_text",
+    "preemptions",
     "prefix_cache_hit_rate",
     "queue_depth",
     "scrape",
@@ -335,12 +340,15 @@ def diff(before: Metrics, after: Metrics) -> Metrics:
 
 
 def engine_of(metrics: Metrics) -> str | None:
-    """The engine whose metric prefix dominates the page (vllm, sglang, llama.cpp, sim)."""
+    """The engine whose metric prefix dominates the page (vllm, sglang, llama.cpp, sim); a page
+    with ``sim:`` names is the sim's, though it exports vLLM's names too."""
     counts: dict[str, int] = {}
     for name in metrics.sample_names():
         for prefix, engine in ENGINE_PREFIXES.items():
             if name.startswith(prefix):
                 counts[engine] = counts.get(engine, 0) + 1
+    if "sim" in counts:
+        return "sim"
     return max(counts, key=counts.__getitem__) if counts else None
 
 
@@ -412,6 +420,15 @@ def queue_depth(metrics: Metrics) -> float | None:
     return None
 
 
+def preemptions(metrics: Metrics) -> float | None:
+    """Requests the engine preempted under KV pressure (a counter: on a ``diff``, over the window)."""
+    for name in ("vllm:num_preemptions_total", "sim:num_preemptions_total"):
+        v = metrics.value(name)
+        if v is not None:
+            return v
+    return None
+
+
 def summarize(metrics: Metrics) -> dict[str, float | str | None]:
     """The picks above in one dict, for the run record and the live view."""
     return {
@@ -419,6 +436,7 @@ def summarize(metrics: Metrics) -> dict[str, float | str | None]:
         "prefix_cache_hit_rate": prefix_cache_hit_rate(metrics),
         "mean_queue_time_s": mean_queue_time_s(metrics),
         "queue_depth": queue_depth(metrics),
+        "preemptions": preemptions(metrics),
     }
 
 

@@ -15,6 +15,13 @@ One step (vLLM V1-like):
    prompt (whole blocks; at least one prompt token is always computed), pins those blocks and
    reserves blocks for the rest of its prompt and all of its ``max_tokens`` (so it is never
    preempted). If the head of the queue does not fit, nobody behind it is admitted.
+
+   With the profile's ``preemption`` on, blocks come on demand instead, as in vLLM V1: admission
+   reserves the prompt's blocks only, and a running sequence takes a block when its next token
+   needs one. When none can be had, the newest running sequence is preempted (recompute mode): its
+   blocks are freed (its full blocks stay in the prefix cache, unpinned), it goes back to the head
+   of the queue, and once readmitted it prefills its prompt *and* the tokens it generated before
+   its next token comes (a stall in its token times). No one is admitted in a step that preempted.
 3. The step lasts ``profile.step_s(tokens computed, KV tokens read)``. At its end a sequence that
    finished its prompt emits its first token, every decoding sequence emits one more, full blocks
    (prompt and generated tokens) enter the prefix cache, and sequences with ``max_tokens`` tokens
@@ -68,6 +75,8 @@ class SimSequence:
     generated: int = 0
     pinned: list[int] = field(default_factory=list)  # hash ids of this sequence's cached blocks
     private: int = 0  # reserved blocks not yet turned into cached blocks
+    prefill_len: int = 0  # tokens to compute before the next token: the prompt, plus the reply so far after a preemption
+    preemptions: int = 0  # times its KV was freed under pressure (recomputed on readmission)
     scheduled_s: float | None = None
     first_token_s: float | None = None
     finished_s: float | None = None
@@ -111,6 +120,7 @@ class EngineStats:
     aborted: int = 0
     rejected: int = 0
     steps: int = 0
+    preemptions: int = 0
 
 
 class Engine:
@@ -121,6 +131,7 @@ class Engine:
         self.seed = seed
         self.now = 0.0
         self.cache = PrefixCache(profile.num_blocks, profile.block_size_tokens)
+        self._on_demand = profile.preemption  # KV blocks as tokens need them, preempting under pressure
         self.stats = EngineStats()
         self._waiting: deque[SimSequence] = deque()
         self._running: list[SimSequence] = []
@@ -189,6 +200,7 @@ class Engine:
             token_ids=ids,
             words=words,
             handle=handle,
+            prefill_len=prompt_len,
         )
         self._waiting.append(seq)
         return seq
@@ -219,30 +231,40 @@ class Engine:
         tokens = 0
         kv_read = 0
         scheduled: list[tuple[SimSequence, int]] = []
+        preemptions_before = self.stats.preemptions
 
-        for seq in self._running:
+        running = self._running
+        i = 0
+        while i < len(running):
+            seq = running[i]
             if budget <= 0:
                 break
-            if seq.computed < seq.prompt_len:
-                n = min(seq.prompt_len - seq.computed, budget)
-                kv_read += seq.computed + n
+            if seq.computed < seq.prefill_len:
+                n = min(seq.prefill_len - seq.computed, budget)
+                kv_after = seq.computed + n
             else:
                 n = 1
-                kv_read += seq.prompt_len + seq.generated
+                kv_after = seq.prompt_len + seq.generated
+            if self._on_demand and not self._allocate(seq, kv_after):
+                continue  # seq itself was preempted (it was the newest running): nothing left to schedule
+            kv_read += kv_after
             budget -= n
             tokens += n
             scheduled.append((seq, n))
+            i += 1
+        preempted = self.stats.preemptions > preemptions_before
 
         waiting = self._waiting
-        while waiting and budget > 0 and len(self._running) < p.max_num_seqs:
+        while not preempted and waiting and budget > 0 and len(running) < p.max_num_seqs:
             seq = waiting[0]
             if seq.eligible_s > start or not self._admit(seq):
                 break
             waiting.popleft()
             seq.state = RUNNING
-            seq.scheduled_s = start
-            self._running.append(seq)
-            n = min(seq.prompt_len - seq.computed, budget)
+            if seq.scheduled_s is None:  # a preempted sequence keeps its first admission time
+                seq.scheduled_s = start
+            running.append(seq)
+            n = min(seq.prefill_len - seq.computed, budget)
             kv_read += seq.computed + n
             budget -= n
             tokens += n
@@ -254,16 +276,17 @@ class Engine:
         bs = p.block_size_tokens
         cache = self.cache
         for seq, n in scheduled:
-            if seq.computed < seq.prompt_len:
+            if seq.computed < seq.prefill_len:
                 seq.computed += n
-                if seq.computed < seq.prompt_len:
+                if seq.computed < seq.prefill_len:
                     kv_tokens = seq.computed
-                else:
-                    seq.generated = 1
-                    seq.first_token_s = end
+                else:  # the (re)computed prefill gives the next token
+                    seq.generated += 1
+                    if seq.first_token_s is None:
+                        seq.first_token_s = end
                     seq.token_times_s.append(end)
                     emitted.append(seq)
-                    kv_tokens = seq.prompt_len
+                    kv_tokens = seq.prefill_len
             else:
                 seq.generated += 1
                 seq.token_times_s.append(end)
@@ -292,24 +315,58 @@ class Engine:
         return Step(start, end, emitted, finished, len(scheduled), tokens, kv_read)
 
     def _admit(self, seq: SimSequence) -> bool:
-        """Pin the cached prefix and reserve blocks for the rest; False if the pool is too full."""
+        """Pin the cached prefix and reserve blocks for the rest (with ``preemption``: of the
+        prefill only); False if the pool is too full."""
         p = self.profile
         bs = p.block_size_tokens
-        hashes = block_hashes(seq.token_ids[: seq.prompt_len], bs)
+        todo = seq.prefill_len  # the prompt, or after a preemption the prompt and the reply so far
+        hashes = block_hashes(seq.token_ids[:todo], bs)
         hits = self.cache.match(hashes)
-        if hits * bs >= seq.prompt_len:  # always compute at least the last prompt token
-            hits = (seq.prompt_len - 1) // bs
-        need = math.ceil((seq.prompt_len + seq.max_tokens) / bs) - hits
+        if hits * bs >= todo:  # always compute at least the last token
+            hits = (todo - 1) // bs
+        need = math.ceil((todo if self._on_demand else seq.prompt_len + seq.max_tokens) / bs) - hits
         if not self.cache.reserve(hashes[:hits], need):
             return False
         seq.pinned = hashes[:hits]
         seq.private = need
-        seq.cached_tokens = seq.computed = hits * bs
+        seq.computed = hits * bs
         st = self.stats
-        st.prompt_tokens += seq.prompt_len
-        st.prefix_cache_queries += seq.prompt_len
-        st.prefix_cache_hits += seq.cached_tokens
+        st.prefix_cache_queries += todo
+        st.prefix_cache_hits += seq.computed
+        if not seq.preemptions:  # a recompute is not a new prompt
+            seq.cached_tokens = seq.computed
+            st.prompt_tokens += seq.prompt_len
         return True
+
+    def _allocate(self, seq: SimSequence, kv_tokens: int) -> bool:
+        """Give running ``seq`` the blocks ``kv_tokens`` of KV need, preempting the newest running
+        sequences until they fit. False when ``seq`` itself had to go (it was the newest)."""
+        have = len(seq.pinned) + seq.private
+        need = -(-kv_tokens // self.profile.block_size_tokens) - have
+        if need <= 0:
+            return True
+        running = self._running
+        while not self.cache.reserve((), need):
+            victim = running[-1]
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        seq.private += need
+        return True
+
+    def _preempt(self, seq: SimSequence) -> None:
+        """Recompute mode: free the sequence's KV and put it back at the head of the queue; its
+        prefill on readmission covers the prompt and every token generated so far."""
+        self._running.remove(seq)
+        self.cache.release(seq.pinned, seq.private)
+        seq.pinned = []
+        seq.private = 0
+        seq.computed = 0
+        seq.prefill_len = seq.prompt_len + seq.generated
+        seq.state = WAITING
+        seq.preemptions += 1
+        self.stats.preemptions += 1
+        self._waiting.appendleft(seq)
 
 
 @dataclass(frozen=True, slots=True)

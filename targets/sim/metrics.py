@@ -1,12 +1,22 @@
-"""Prometheus text exposition of the sim's state, vLLM-like names with the ``sim:`` prefix."""
+"""Prometheus text exposition of the sim's state: its own ``sim:*`` names, and beside them the
+``vllm:*`` names a vLLM server exports (vLLM V1), so tools and dashboards built for vLLM read the
+sim as they read vLLM. Every sample carries ``model_name``; docs/sim.md lists both families."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
+from targets.sim.histogram import ITL_BUCKETS_S, REQUEST_BUCKETS_S, TTFT_BUCKETS_S, Histogram
+
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from targets.sim.engine import Engine
+
+# vLLM's request_success_total label values: stop (end of sequence), length (max_tokens), abort
+FINISHED_REASONS = ("stop", "length", "abort")
 
 
 @dataclass(slots=True)
@@ -18,6 +28,24 @@ class ServerCounters:
     requests_rejected: int = 0  # 429 for a full queue (injected 429s are counted as faults)
     requests_failed: int = 0  # 4xx/5xx other than queue-full, cuts, disconnects
     faults_injected: int = 0
+    finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISHED_REASONS, 0))
+    # Latencies of finished requests in wall seconds (see ``observe_finished``)
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS_S))
+    itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS_S))
+    e2e: Histogram = field(default_factory=lambda: Histogram(REQUEST_BUCKETS_S))
+    queue: Histogram = field(default_factory=lambda: Histogram(REQUEST_BUCKETS_S))
+
+    def observe_finished(
+        self, finish_reason: str, ttft_s: float, e2e_s: float, queue_s: float, token_times_ns: Sequence[int]
+    ) -> None:
+        """A request that got every token: its reason, TTFT, end-to-end and queue time, and one
+        inter-token gap per token after the first (tokens written together: a gap of 0)."""
+        self.finished[finish_reason] = self.finished.get(finish_reason, 0) + 1
+        self.ttft.observe(ttft_s)
+        self.e2e.observe(e2e_s)
+        self.queue.observe(queue_s)
+        if len(token_times_ns) > 1:
+            self.itl.observe_all((b - a) / 1e9 for a, b in pairwise(token_times_ns))
 
 
 # (name, type, help); values are filled by ``render``
@@ -35,24 +63,57 @@ _METRICS = (
     ("sim:requests_failed_total", "counter", "Requests that ended in an error, a fault or a disconnect."),
     ("sim:faults_injected_total", "counter", "Requests given an injected fault."),
     ("sim:prefix_cache_evictions_total", "counter", "KV blocks evicted from the prefix cache."),
+    ("sim:num_preemptions_total", "counter", "Requests preempted under KV pressure (recompute mode)."),
     ("sim:engine_steps_total", "counter", "Engine steps run."),
 )
 
+# vLLM's names for the same state (name, type, help, the sim: metric with the value)
+_VLLM_SCALARS = (
+    ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", "sim:num_requests_running"),
+    ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", "sim:num_requests_waiting"),
+    ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", "sim:kv_cache_usage_perc"),
+    ("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage (the name before vLLM 0.10).", "sim:kv_cache_usage_perc"),
+    ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", "sim:prompt_tokens_total"),
+    ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", "sim:generation_tokens_total"),
+    ("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", "sim:num_preemptions_total"),
+    ("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", "sim:prefix_cache_queries_total"),
+    ("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", "sim:prefix_cache_hits_total"),
+)  # fmt: skip
+_VLLM_HISTOGRAMS = (
+    ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
+    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
+    ("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (the name before vLLM 0.11).", "itl"),
+    ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
+    ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", "queue"),
+)  # fmt: skip
 
-def render(values: dict[str, float], model_name: str) -> str:
-    """Prometheus text format: a HELP and TYPE line and one sample per metric."""
-    label = '{model_name="' + model_name.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+
+def _number(v: float) -> str:
+    return repr(v) if isinstance(v, float) else str(int(v))
+
+
+def render(values: dict[str, float], model_name: str, counters: ServerCounters | None = None) -> str:
+    """Prometheus text format: HELP and TYPE lines and the samples of every metric, the sim's
+    own names first, then (with ``counters``) vLLM's."""
+    label = 'model_name="' + model_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     lines: list[str] = []
     for name, kind, help_text in _METRICS:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        v = values[name]
-        lines.append(f"{name}{label} {v if isinstance(v, float) else int(v)}")
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{{{label}}} {_number(values[name])}"]
+    if counters is not None:
+        for name, kind, help_text, source in _VLLM_SCALARS:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{{{label}}} {_number(values[source])}"]
+        name = "vllm:request_success_total"
+        lines += [f"# HELP {name} Count of successfully processed requests.", f"# TYPE {name} counter"]
+        for reason, n in counters.finished.items():
+            lines.append(f'{name}{{{label},finished_reason="{reason}"}} {n}')
+        for name, help_text, attr in _VLLM_HISTOGRAMS:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+            lines += getattr(counters, attr).lines(name, label)
     return "\n".join(lines) + "\n"
 
 
 def metric_values(engine: Engine, counters: ServerCounters) -> dict[str, float]:
-    """Current value of every metric, by name."""
+    """Current value of every ``sim:`` metric, by name."""
     st = engine.stats
     return {
         "sim:num_requests_running": engine.num_running,
@@ -68,5 +129,6 @@ def metric_values(engine: Engine, counters: ServerCounters) -> dict[str, float]:
         "sim:requests_failed_total": counters.requests_failed,
         "sim:faults_injected_total": counters.faults_injected,
         "sim:prefix_cache_evictions_total": engine.cache.evictions,
+        "sim:num_preemptions_total": st.preemptions,
         "sim:engine_steps_total": st.steps,
     }

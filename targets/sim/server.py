@@ -414,7 +414,7 @@ class SimServer:
                 rec.t_end_ns = t
                 rec.completion_tokens = n
                 self._finish_record(rec, seq)
-                self.counters.requests_succeeded += 1
+                self._succeeded(rec, seq)
             try:
                 await resp.write(b"".join(parts))
             except ConnectionError:
@@ -476,7 +476,7 @@ class SimServer:
         rec.t_end_ns = time.perf_counter_ns()
         self._finish_record(rec, seq)
         if rec.fault is None:
-            self.counters.requests_succeeded += 1
+            self._succeeded(rec, seq)
         return web.Response(body=body, status=200, content_type="application/json", headers=headers)
 
     def _keep_response(
@@ -490,11 +490,24 @@ class SimServer:
         self.kept_responses.keep(response_id, without_instructions(body, messages), text, time.monotonic())
 
     # --- endings -----------------------------------------------------------------------------
+    def _succeeded(self, rec: TruthRecord, seq: SimSequence) -> None:
+        """Count a request that got every token, and time it for vLLM's latency histograms: wall
+        times of the sim's writes (TTFT of a reply not streamed: the engine's, scaled to wall)."""
+        c = self.counters
+        c.requests_succeeded += 1
+        if rec.t_first_token_ns is not None:
+            ttft_s = (rec.t_first_token_ns - rec.t_received_ns) / 1e9
+        else:
+            ttft_s = ((seq.first_token_s or 0.0) - seq.arrival_s) * self.time_scale
+        e2e_s = ((rec.t_end_ns or rec.t_received_ns) - rec.t_received_ns) / 1e9
+        c.observe_finished(rec.finish_reason or LENGTH, ttft_s, e2e_s, (seq.queue_s or 0.0) * self.time_scale, rec.t_chunks_ns)
+
     def _finish_record(self, rec: TruthRecord, seq: SimSequence | None) -> None:
         if rec.fault is not None and rec.outcome == OUTCOME_OK:
             rec.outcome = OUTCOME_FAULT
         if seq is not None:
             rec.cached_tokens = seq.cached_tokens
+            rec.preemptions = seq.preemptions
             rec.queue_s = seq.queue_s
             rec.prefill_s = seq.prefill_s
             rec.v_first_token_s = seq.first_token_s
@@ -535,6 +548,7 @@ class SimServer:
         rec.fault_token_index = seq_sent if rec.fault_token_index is None else rec.fault_token_index
         rec.t_end_ns = time.perf_counter_ns()
         self.engine.abort(seq)
+        self.counters.finished["abort"] += 1
         self._finish_record(rec, seq)
         resp.force_close()
         transport = request.transport
@@ -546,6 +560,7 @@ class SimServer:
         rec.outcome = OUTCOME_CLIENT_GONE
         rec.t_end_ns = time.perf_counter_ns()
         self.engine.abort(seq)
+        self.counters.finished["abort"] += 1
         self._finish_record(rec, seq)
         return resp
 
@@ -562,7 +577,7 @@ class SimServer:
         return web.Response(status=200)
 
     async def _metrics(self, _request: web.Request) -> web.Response:
-        text = render(metric_values(self.engine, self.counters), self.model_name)
+        text = render(metric_values(self.engine, self.counters), self.model_name, self.counters)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def _sim_request(self, request: web.Request) -> web.Response:

@@ -119,6 +119,7 @@ def test_llama_server_and_sim_picks():
         "prefix_cache_hit_rate": None,
         "mean_queue_time_s": None,
         "queue_depth": 3.0,
+        "preemptions": None,
     }
     s = page("sim")
     assert engine_of(s) == "sim" and prefix_cache_hit_rate(s) == 0.25 and queue_depth(s) == 1
