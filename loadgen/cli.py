@@ -345,7 +345,7 @@ def serve() -> None:
 
 @main.group()
 def workload() -> None:
-    """Inspect and export workloads."""
+    """Inspect, analyze, export and anonymize workloads."""
 
 
 def _workload_file_options(f: Callable) -> Callable:
@@ -371,18 +371,49 @@ def _load_for_command(name: str, fmt: str | None, workload_options: str | None, 
 @click.argument("name")
 @_workload_file_options
 @click.option("-n", "--num-sessions", type=click.IntRange(min=1), default=None, help="Sessions to look at (default: all of a file, 100 of a spec).")
+@click.option("--block-size", type=click.IntRange(min=1), default=None, help="KV block of the prefix-reuse figures, tokens (default: the trace's, else 16).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def workload_inspect(
-    name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None, num_sessions: int | None, as_json: bool
-) -> None:
-    """Sessions, turns, token distributions and arrival span of a spec or data file; sends nothing."""
-    import json
+    name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None, num_sessions: int | None,
+    block_size: int | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Sessions, turns, token distributions, arrival span and prefix reuse of a spec or data file; sends nothing."""
+    from loadgen.workload_cmd import inspect_command
 
-    from workloads.inspect import format_inspection, inspect_workload
+    inspect_command(name, fmt, workload_options, seed, tokenizer, num_sessions, block_size, as_json)
 
-    wl = _load_for_command(name, fmt, workload_options, tokenizer)
-    figures = inspect_workload(wl, seed=seed, n=num_sessions, tokenizer=wl.tokenizer)
-    click.echo(json.dumps(figures, indent=2) if as_json else format_inspection(figures))
+
+@workload.command("analyze")
+@click.argument("name")
+@_workload_file_options
+@click.option("-n", "--num-sessions", type=click.IntRange(min=1), default=None, help="Sessions to look at (default: all of a file, 100 of a spec).")
+@click.option("--block-size", type=click.IntRange(min=1), default=None, help="KV block, tokens (default: the trace's, else 16).")
+@click.option("--capacity", "capacities", type=click.IntRange(min=1), multiple=True, metavar="TOKENS", help="KV capacity to give the hit rate at (repeat; default: 64k tokens and up by 4x to the working set).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def workload_analyze(
+    name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None, num_sessions: int | None,
+    block_size: int | None, capacities: tuple[int, ...], as_json: bool,
+) -> None:  # fmt: skip
+    """Prefix reuse, the cache-hit rate as a function of KV capacity, and session shapes; sends nothing."""
+    from loadgen.workload_cmd import analyze_command
+
+    analyze_command(name, fmt, workload_options, seed, tokenizer, num_sessions, block_size, capacities, as_json)
+
+
+@workload.command("anonymize")
+@click.argument("name")
+@_workload_file_options
+@click.option("-n", "--num-sessions", type=click.IntRange(min=1), default=None, help="Sessions to write (default: all of a file, 100 of a spec).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("--block-size", type=click.IntRange(min=1), default=512, show_default=True, help="Tokens per block id (Mooncake's 512; the engine's, e.g. 16, keeps shared prefixes to the token).")
+def workload_anonymize(
+    name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None, num_sessions: int | None,
+    output: str, block_size: int,
+) -> None:  # fmt: skip
+    """Write NAME's sessions with no text: prefix-chained, salted block hashes, sizes, timings and structure."""
+    from loadgen.workload_cmd import anonymize_command
+
+    anonymize_command(name, fmt, workload_options, seed, tokenizer, num_sessions, block_size, output)
 
 
 @workload.command("export")

@@ -88,27 +88,34 @@ def collect(
     workload: Workload,
     *,
     seed: int,
-    n: int,
+    n: int | None,
     tokenizer: TextTokenizer,
     block_size: int | None = None,
     progress: Callable[[int], None] | None = None,
-) -> tuple[ShapeFigures, ReuseCurve]:
-    """Shape figures and the reuse curve of sessions ``0..n-1``, in one pass."""
+) -> tuple[ShapeFigures, ReuseCurve, np.ndarray | None]:
+    """Shape figures, the reuse curve and the arrival offsets (None without timestamps) of
+    sessions ``0..n-1`` (all of a file when ``n`` is None), in one pass."""
     block = block_size or workload_block_size(workload)
-    offsets = workload.arrival_offsets()
     shapes = ShapeFigures()
     reuse = SessionReuse(block)
-    for k, s in enumerate(session_shapes(workload, seed, n, tokenizer, progress=progress)):
-        arrival = None if offsets is None else float(offsets[k])
+    arrivals = array("d")
+    timed = True
+    add_one, add_private = shapes.add_one, reuse.add_one
+    for s, arrival in session_shapes(workload, seed, n, tokenizer, progress=progress):
+        if arrival is None:
+            timed = False
+        else:
+            arrivals.append(arrival)
         if type(s) is tuple:
-            shapes.add_one(*s)
-            reuse.add_one(s[1], s[2], arrival)
+            add_one(*s)
+            add_private(s[1], s[2], arrival)
         else:
             shapes.add(s)
             reuse.add(s, arrival)
     if shapes.first_steps:
         shapes.kinds[STEP_FIRST] = shapes.kinds.get(STEP_FIRST, 0) + shapes.first_steps
-    return shapes, reuse.curve()
+    offsets = np.frombuffer(arrivals, dtype=np.float64).copy() if timed and len(arrivals) else None
+    return shapes, reuse.curve(), offsets
 
 
 def workload_block_size(workload: Workload) -> int:

@@ -38,13 +38,20 @@ def inspect_workload(
     ``block_size``: the KV block of the reuse figures (default: the trace's, else 16 tokens).
     ``progress(k)`` is called as sessions are read.
     """
-    n = sessions_to_cover(workload, n)
-    shapes, curve = collect(workload, seed=seed, n=n, tokenizer=tokenizer, block_size=block_size, progress=progress)
+    if n is None and getattr(workload, "rows", None) is None and workload.num_sessions is None:
+        n = DEFAULT_SYNTHETIC_SESSIONS
+    shapes, curve, offsets = collect(
+        workload, seed=seed, n=n, tokenizer=tokenizer, block_size=block_size, progress=progress
+    )
+    covered = len(shapes.turns_per)
+    streamed = is_streamed(workload)
     out: dict[str, Any] = {
         "workload": describe(workload),
         "seed": seed,
-        "sessions": n,
-        "sessions_in_source": workload.num_sessions,
+        "sessions": covered,
+        # A file read as a stream is counted only when read to its end.
+        "sessions_in_source": (covered if n is None or covered < n else None) if streamed else workload.num_sessions,
+        "streamed": streamed,
         "turns": int(sum(shapes.turns_per)),
         "tenants": shapes.tenants,
         "roles": shapes.roles,
@@ -57,31 +64,29 @@ def inspect_workload(
         "prefix_cache": reuse_figures(curve),
         "tokenizer": tokenizer.describe(),
     }
-    offsets = workload.arrival_offsets()
     if offsets is not None:
-        out["arrivals"] = arrival_figures(offsets[:n])
+        out["arrivals"] = arrival_figures(offsets)
     stats = {k: v for k, v in (getattr(workload, "stats", None) or {}).items() if k not in _WHOLE_FILE_STATS}
     if stats:
         out["reader"] = stats
     return out
 
 
+def is_streamed(workload: Workload) -> bool:
+    """A trace read row by row (``workloads.streamed``): one pass per question asked of it."""
+    return getattr(workload, "rows", None) is not None and getattr(workload, "record", None) is None
+
+
 def describe(workload: Workload) -> dict[str, Any]:
     """What the workload is, without its fingerprint: hashing every record of a 10M-row file
     costs more than inspecting it, and inspect records no run."""
-    out = {"kind": workload.kind, "name": workload.name, "source": workload.source, "num_sessions": workload.num_sessions}
+    out: dict[str, Any] = {"kind": workload.kind, "name": workload.name, "source": workload.source}
+    if not is_streamed(workload):  # a stream is counted only by reading it whole
+        out["num_sessions"] = workload.num_sessions
     options = getattr(workload, "options", None)
     if options:
         out["options"] = dict(options)
     return out
-
-
-def sessions_to_cover(workload: Workload, n: int | None) -> int:
-    """``n`` capped at the file's sessions; all of a file, or 100 sessions of a spec, by default."""
-    total = workload.num_sessions
-    if n is None:
-        return total if total is not None else DEFAULT_SYNTHETIC_SESSIONS
-    return min(n, total) if total is not None else n
 
 
 def arrival_figures(offsets: np.ndarray) -> dict[str, Any]:
@@ -102,8 +107,10 @@ def format_inspection(fig: dict[str, Any]) -> str:
     """The report ``loadgen workload inspect`` prints."""
     wl = fig["workload"]
     held = fig["sessions_in_source"]
-    scope = f"{fig['sessions']} sessions" + ("" if held is None else f" of {held}")
-    if held is None:
+    scope = f"{fig['sessions']:,} sessions" + ("" if held is None else f" of {held:,}")
+    if fig.get("streamed") and held is None:
+        scope += " (the first of a file read as a stream)"
+    elif held is None:
         scope += f" (generated for seed {fig['seed']})"
     lines = [f"{wl['source']}: {wl['kind']} workload {wl['name']!r}, {scope}, {fig['turns']:,} turns"]
     if len(fig["tenants"]) > 1:

@@ -70,28 +70,69 @@ OneTurn = tuple[str, int, int, str]
 
 
 def session_shapes(
-    workload: Workload, seed: int, n: int, tokenizer: TextTokenizer, *, progress: Callable[[int], None] | None = None
-) -> Iterator[SessionShape | OneTurn]:
-    """Shapes of sessions ``0..n-1`` (a ``OneTurn`` tuple for the simplest); ``progress(k)`` is
-    called every 4096 sessions and at the end."""
-    record = getattr(workload, "record", None)
+    workload: Workload,
+    seed: int,
+    n: int | None,
+    tokenizer: TextTokenizer,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[tuple[SessionShape | OneTurn, float | None]]:
+    """``(shape, arrival_s)`` of sessions ``0..n-1`` (all when ``n`` is None; a ``OneTurn`` tuple
+    for the simplest), ``arrival_s`` from the first session's or None without timestamps.
+
+    A trace read as a stream (``workloads.streamed``: it has ``rows()``) is read once, row by row.
+    ``progress(k)`` is called every 4096 sessions and at the end.
+    """
+    rows = getattr(workload, "rows", None)
+    if rows is not None and getattr(workload, "record", None) is None:
+        records: Iterator[tuple[dict[str, Any] | None, float | None]] = _streamed(rows(), n)
+    else:
+        records = _held(workload, n)
     block_size = getattr(workload, "block_size", None) or 1
-    for k in range(n):
+    k = 0
+    for k, (rec, arrival) in enumerate(records):
         if progress is not None and not k & 4095 and k:
             progress(k)
-        rec = record(k) if record is not None else _file_record(workload, k)
         if rec is None:
-            yield shape_of_session(workload.session(seed, k), tokenizer)
+            yield shape_of_session(workload.session(seed, k), tokenizer), arrival
             continue
         turns = rec["turns"]
         if len(turns) == 1 and "tokens" in turns[0] and "hash_ids" not in turns[0] and not rec.get("system_prompt") \
                 and not rec.get("system_prompt_tokens") and not turns[0].get("cold"):  # fmt: skip
             t = turns[0]
-            yield (rec["tenant"], t["tokens"], t["max_tokens"], t.get("role", "user"))
+            yield (rec["tenant"], t["tokens"], t["max_tokens"], t.get("role", "user")), arrival
         else:
-            yield _shape_of_record(k, rec, block_size, tokenizer)
+            yield _shape_of_record(k, rec, block_size, tokenizer), arrival
     if progress is not None:
-        progress(n)
+        progress(k + 1)
+
+
+def _streamed(rows: Iterator[Any], n: int | None) -> Iterator[tuple[dict[str, Any] | None, float | None]]:
+    t0: float | None = None
+    for k, row in enumerate(rows):
+        if n is not None and k >= n:
+            break
+        if row.time_s is None:
+            yield row.record, None
+            continue
+        if t0 is None:
+            t0 = row.time_s
+        yield row.record, row.time_s - t0
+
+
+def _held(workload: Workload, n: int | None) -> Iterator[tuple[dict[str, Any] | None, float | None]]:
+    total = workload.num_sessions
+    if n is None:
+        if total is None:
+            raise ValueError("n is required for a workload without end")
+        n = total
+    elif total is not None:
+        n = min(n, total)
+    offsets = workload.arrival_offsets()
+    record = getattr(workload, "record", None)
+    for k in range(n):
+        rec = record(k) if record is not None else _file_record(workload, k)
+        yield rec, None if offsets is None else float(offsets[k])
 
 
 def _file_record(workload: Workload, index: int) -> dict[str, Any] | None:

@@ -1,0 +1,87 @@
+"""``loadgen workload inspect | analyze | anonymize``: load the workload, run one pass, print.
+
+A large trace is read as a stream (``workloads.streamed``), as a run reads it; on a terminal, or
+for a file of 8 MiB or more, a progress line goes to stderr about once a second.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loadgen.errors import UserError
+from loadgen.run_workload import load_workload_named, parse_options_flag
+from workloads.errors import WorkloadError
+from workloads.progress import ReadProgress
+from workloads.streamed import STREAM_MIN_BYTES
+
+
+def _load(name: str, fmt: str | None, workload_options: str | None, tokenizer: str | None) -> Any:
+    return load_workload_named(name, fmt, parse_options_flag(workload_options or ""), tokenizer, stream=True)
+
+
+def _progress(name: str, what: str) -> ReadProgress | None:
+    try:
+        large = Path(name).stat().st_size >= STREAM_MIN_BYTES
+    except OSError:
+        large = False
+    return ReadProgress(sys.stderr, f"{what} {name}") if large or sys.stderr.isatty() else None
+
+
+def inspect_command(
+    name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None,
+    num_sessions: int | None, block_size: int | None, as_json: bool,
+) -> None:  # fmt: skip
+    from workloads.inspect import format_inspection, inspect_workload
+
+    wl = _load(name, fmt, workload_options, tokenizer)
+    progress = _progress(name, "inspect")
+    try:
+        fig = inspect_workload(wl, seed=seed, n=num_sessions, tokenizer=wl.tokenizer, block_size=block_size, progress=progress)
+    except WorkloadError as e:
+        raise UserError(str(e)) from None
+    finally:
+        if progress is not None:
+            progress.done()
+    click.echo(json.dumps(fig, indent=2) if as_json else format_inspection(fig))
+
+
+def analyze_command(
+    name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None,
+    num_sessions: int | None, block_size: int | None, capacities: tuple[int, ...], as_json: bool,
+) -> None:  # fmt: skip
+    from workloads.analyze import analyze_workload, format_analysis
+
+    wl = _load(name, fmt, workload_options, tokenizer)
+    progress = _progress(name, "analyze")
+    try:
+        fig = analyze_workload(
+            wl, seed=seed, n=num_sessions, tokenizer=wl.tokenizer, block_size=block_size,
+            capacities_tokens=sorted(capacities) or None, progress=progress,
+        )  # fmt: skip
+    except WorkloadError as e:
+        raise UserError(str(e)) from None
+    finally:
+        if progress is not None:
+            progress.done()
+    click.echo(json.dumps(fig, indent=2) if as_json else format_analysis(fig))
+
+
+def anonymize_command(
+    name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None,
+    num_sessions: int | None, block_size: int, output: str,
+) -> None:  # fmt: skip
+    from workloads.anonymize import write_anonymized
+
+    wl = _load(name, fmt, workload_options, tokenizer)
+    if num_sessions is None and getattr(wl, "rows", None) is None and wl.num_sessions is None:
+        num_sessions = 100  # a spec: as many as export writes
+    try:
+        n = write_anonymized(wl, seed, num_sessions, output, block_size=block_size)
+    except WorkloadError as e:
+        raise UserError(str(e)) from None
+    click.echo(f"wrote {n} anonymised sessions to {output} (blocks of {block_size} tokens, a fresh salt)")
