@@ -24,7 +24,9 @@ from workloads.readers import detect_format
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "datasets"
 WEKA = FIX / "weka_traces.jsonl"
 TRACES = [json.loads(line) for line in WEKA.read_text().splitlines()]
-A, B, C = TRACES  # global scope with two overlapping sub-agents; global, sharing A's lead; local
+# cc-a: global scope, two overlapping sub-agents; cc-b: global, two sub-agents one after the other
+# sharing their tool definitions; cc-c: local scope, cc-b's shape and ids, ending with the fan-out.
+A, B, C = TRACES
 
 
 @functools.cache
@@ -62,16 +64,18 @@ def test_detection_tells_every_formats_fixture_apart(tmp_path):
 
 
 def test_main_requests_are_a_chain_that_grows_by_what_the_context_grew():
-    s = _session("cc-b")
-    reqs = B["requests"]
-    first, _child, join, follow = s.turns
+    s = _session("cc-a")
+    reqs = A["requests"]
+    first, follow, *_, join, last = s.turns
     assert (first.step_id, first.kind, first.parent_ids) == ("r0", "first", ())
     assert len(_words(first.content)) == reqs[0]["in"] and first.max_tokens == reqs[0]["out"]
-    # The follow-up after the join: the trace's input less the previous prompt and reply.
-    assert (follow.kind, follow.parent_ids) == ("follow-up", ("r2",))
-    assert len(_words(follow.content)) == reqs[3]["in"] - (reqs[2]["in"] + reqs[2]["out"])
-    assert follow.think_time_s == pytest.approx(reqs[3]["think_time"])
-    assert follow.role == "user" and join.role == "tool"  # input_types text / tool_result
+    # A follow-up: the trace's input less the previous prompt and reply.
+    assert (follow.kind, follow.parent_ids) == ("follow-up", ("r0",))
+    assert len(_words(follow.content)) == reqs[1]["in"] - (reqs[0]["in"] + reqs[0]["out"])
+    assert (last.kind, last.parent_ids) == ("follow-up", (join.step_id,))
+    assert len(_words(last.content)) == reqs[5]["in"] - (reqs[4]["in"] + reqs[4]["out"])
+    assert follow.think_time_s == pytest.approx(reqs[1]["think_time"])
+    assert last.role == "user" and follow.role == join.role == "tool"  # input_types text / tool_result
 
 
 def test_sub_agents_are_fan_out_children_of_the_request_before_them_and_the_next_request_joins():
@@ -107,30 +111,32 @@ def test_a_fan_out_may_end_the_session_and_sequential_sub_agents_are_counted():
     assert stats["subagent_requests"] == sum(len(g["requests"]) for g in groups)
     assert stats["subagent_requests_folded"] == sum(len(g["requests"]) - 1 for g in groups)
     assert stats["main_requests"] == sum(1 for t in TRACES for e in t["requests"] if e.get("type") != "subagent")
-    assert stats["sequential_subagents"] == 1  # cc-c's second sub-agent starts after the first ended
+    assert stats["sequential_subagents"] == 2  # cc-b's and cc-c's second sub-agents start after the first ended
     assert stats["block_size"] == A["block_size"] == 64
 
 
-def test_hash_ids_become_shared_prefixes_in_global_scope_and_stay_apart_in_local_scope():
-    a, b, c = _session("cc-a", seed=7), _session("cc-b", seed=7), _session("cc-c", seed=7)
+def test_hash_ids_are_blocks_of_their_trace_shared_by_its_sub_agents_in_global_scope_only():
+    a, b, c = (_session(t, seed=7) for t in ("cc-a", "cc-b", "cc-c"))
     bs = A["block_size"]
-    ids_a, ids_b = A["requests"][0]["hash_ids"], B["requests"][0]["hash_ids"]
-    shared = next(i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y)
-    assert shared == 4
-    wa, wb, wc = _words(a.turns[0].content), _words(b.turns[0].content), _words(c.turns[0].content)
-    assert wa[: shared * bs] == wb[: shared * bs] and wa[shared * bs : (shared + 1) * bs] != wb[shared * bs : (shared + 1) * bs]
-    # cc-c writes the same numbers as cc-a, but local ids are the trace's own blocks.
-    assert C["requests"][0]["hash_ids"] == ids_a and wc[:bs] != wa[:bs]
-    # Within a trace the main agent and its sub-agents share blocks: cc-a's sub-agents open with
-    # the main agent's first blocks.
-    lead = len([h for h in A["requests"][2]["requests"][-1]["hash_ids"] if h in ids_a])
-    child = _words(next(t for t in a.turns if t.step_id == "r2").content)
-    assert lead == 2 and child[: lead * bs] == wa[: lead * bs]
-    # Same seed, same texts; another seed, other texts.
+    words = {(s.session_id, t.step_id): _words(t.content) for s in (a, b, c) for t in s.turns}
+    lead = 2
+    # Global scope: cc-a's sub-agents open with the main agent's first blocks (the same ids).
+    assert A["requests"][2]["requests"][-1]["hash_ids"][:lead] == A["requests"][0]["hash_ids"][:lead]
+    main_a = words[(a.session_id, "r0")]
+    assert words[(a.session_id, "r2")][: lead * bs] == words[(a.session_id, "r3")][: lead * bs] == main_a[: lead * bs]
+    # ...and cc-b's two sub-agents share their tool definitions: their first three blocks.
+    sub_b1, sub_b2 = words[(b.session_id, "r1")], words[(b.session_id, "r2")]
+    assert sub_b1[: 3 * bs] == sub_b2[: 3 * bs] and sub_b1[3 * bs : 4 * bs] != sub_b2[3 * bs : 4 * bs]
+    # Local scope: cc-c's sub-agents write cc-b's ids, but each one's ids are its own.
+    assert [g["requests"][0]["hash_ids"] for g in C["requests"][2:]] == [g["requests"][0]["hash_ids"] for g in B["requests"][1:3]]
+    assert words[(c.session_id, "r2")][:bs] != words[(c.session_id, "r3")][:bs]
+    # Traces never share blocks: cc-b and cc-c open with cc-a's ids, not with its blocks.
+    assert B["requests"][0]["hash_ids"][:4] == C["requests"][0]["hash_ids"][:4] == A["requests"][0]["hash_ids"][:4]
+    assert len({tuple(words[(s.session_id, "r0")][:bs]) for s in (a, b, c)}) == 3
+    # A prompt built from blocks has the trace's size; same seed, same texts; another seed, others.
+    assert len(main_a) == A["requests"][0]["in"]
     assert _session("cc-a", seed=7).turns[0].content == a.turns[0].content != _session("cc-a", seed=8).turns[0].content
-    assert _weka().stats["prefix_reuse"] == pytest.approx(
-        shared * bs / sum(t["requests"][0]["in"] for t in TRACES)
-    )
+    assert _weka().stats["unique_blocks"] == len({b for i in range(3) for t in _weka().turn_hash_ids(i) if t for b in t["hash_ids"]})
 
 
 def test_gzip_compressed_and_single_trace_json_files_read_as_the_plain_file(tmp_path):
@@ -145,8 +151,8 @@ def test_gzip_compressed_and_single_trace_json_files_read_as_the_plain_file(tmp_
     for path in (gz, listed):
         wl = load_workload(path)
         assert [wl.session(3, k) for k in range(3)] == [plain.session(3, k) for k in range(3)]
-    # A global-scope trace read alone sends the very blocks it sends in its corpus (synthetic
-    # texts, drawn from the session's own stream, follow its index in the file).
+    # A trace read alone sends the very blocks it sends in its corpus (synthetic texts, drawn from
+    # the session's own stream, follow its index in the file).
     alone, there = load_workload(compact).session(3, 0), plain.session(3, 1)
     assert alone.session_id == "trace-cc-b" and there.session_id == "weka_traces-cc-b"
     assert load_workload(compact).turn_hash_ids(0) == plain.turn_hash_ids(1)
@@ -246,3 +252,25 @@ def test_a_sub_agents_own_sub_agents_are_left_out_and_counted(tmp_path):
     p.write_text(json.dumps(trace) + "\n")
     with pytest.raises(WorkloadError, match=r"nested.jsonl line 1: requests\[2\].requests: holds only sub-agents"):
         load_workload(p)
+
+
+def test_a_sub_agent_without_duration_lasts_its_requests_span_on_either_clock(tmp_path):
+    trace = json.loads(json.dumps(C))  # two sub-agents, the second started after the first ended
+    first, second = trace["requests"][2], trace["requests"][3]
+    for group in (first, second):
+        del group["duration_ms"]
+    p = tmp_path / "span.jsonl"
+    p.write_text(json.dumps(trace) + "\n")
+    assert load_workload(p).stats["sequential_subagents"] == 1
+    # The same sub-agents with their requests' t from their own start (older traces): no change.
+    for group in (first, second):
+        for r in group["requests"]:
+            r["t"] = round(r["t"] - group["t"], 6)
+    p.write_text(json.dumps(trace) + "\n")
+    wl = load_workload(p)
+    assert wl.stats["sequential_subagents"] == 1
+    assert [t.think_time_s for t in wl.session(0, 0).turns] == [t.think_time_s for t in _session("cc-c").turns]
+    # Stretched so that the first sub-agent runs past the second's start: they overlap.
+    first["requests"][0]["api_time"] = second["t"] - first["t"] + 0.01
+    p.write_text(json.dumps(trace) + "\n")
+    assert load_workload(p).stats["sequential_subagents"] == 0

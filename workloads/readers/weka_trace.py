@@ -28,14 +28,17 @@ How a trace becomes a session (docs/workloads.md, "WekaTrace agentic traces"):
   earlier requests are not sent (``subagent_requests_folded``).
 * Think time is the request's ``think_time`` (client delay after the previous reply); without it,
   the gap from the previous request's end (``t`` + ``api_time``), or from its start.
-* ``hash_id_scope: local`` ids are the trace's own: block 5 of one trace is not block 5 of another
-  (each trace's ids are renumbered apart); ``global`` ids are shared across traces.
+* Block ids belong to their trace (every trace numbers its blocks from 0, and the corpora share
+  nothing across conversations). With ``hash_id_scope: global`` the main agent and its
+  sub-agents number their blocks alike (a sub-agent sharing the main agent's tool definitions has
+  its ids); with ``local``, the corpora's, each sub-agent has an id space of its own.
 
 The corpus has no times across conversations: arrivals come from ``--arrival`` (Poisson by default).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -107,7 +110,6 @@ class WekaTraceReader(WorkloadReader):
             builder.add(obj, at, lineno, size)
         if block_size is None:
             raise WorkloadError(f"{where}: holds no traces; give one JSON object per line")
-        builder.finish()
         return AgentTraceWorkload(
             builder.records,
             kind=self.name,
@@ -168,33 +170,30 @@ def _traces(path: Path, text: str) -> Iterator[tuple[int, Any]]:
     yield text.count("\n", 0, len(text) - len(text.lstrip())) + 1, trace
 
 
+def block_id(context: str, hash_id: int) -> int:
+    """The block id of ``hash_id`` in a trace's id space ``context``: the same whatever file the
+    trace is read from, and apart from every other trace's and context's (60 bits: no collision in
+    practice)."""
+    digest = hashlib.blake2b(f"{context}\0{hash_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 4
+
+
 class _Builder:
-    """Turns traces into session records, renumbering block ids by scope, and counts what it did."""
+    """Turns traces into session records (block ids in their trace's id spaces) and counts what it did."""
 
     def __init__(self, stem: str, tenant: str, max_think_s: float | None) -> None:
         self.stem = stem
         self.tenant = tenant
         self.max_think_s = max_think_s
         self.records: list[dict[str, Any]] = []
-        # Global ids are block ids as they are (a trace read alone sends the same blocks as in its
-        # corpus); a trace's local ids are numbered after the file's largest global id.
-        self._global_ids: set[int] = set()
-        self._local_ids: dict[tuple[str, int], int] = {}  # (trace id, hash id) -> n-th local block
-        self._local_blocks: list[tuple[list[int], int]] = []  # ([block id, tokens], n) to number at the end
+        self._blocks: set[int] = set()
         self._lines: dict[str, int] = {}
-        self._first_blocks: list[list[list[int]]] = []
         self.counts = dict.fromkeys(
             ("main_requests", "subagents", "subagent_requests", "subagent_requests_folded", "fan_outs",
              "sequential_subagents", "subagents_without_parent", "context_not_grown",
              "nested_subagents_left_out", "think_times_cut"),
             0,
         )  # fmt: skip
-
-    def finish(self) -> None:
-        """Number the local blocks after the largest global id."""
-        base = max(self._global_ids, default=-1) + 1
-        for block, n in self._local_blocks:
-            block[0] = base + n
 
     def add(self, obj: dict[str, Any], at: str, lineno: int, block_size: int) -> None:
         trace_id = obj.get("id")
@@ -209,19 +208,22 @@ class _Builder:
         scope = obj.get("hash_id_scope", "local")
         if scope not in SCOPES:
             raise WorkloadError(f"{at}: hash_id_scope: {short(scope)} is not allowed; use local or global")
-        key = ("global", "") if scope == "global" else ("local", trace_id)
+        # global: the main agent and its sub-agents number their blocks alike; local: each
+        # sub-agent has ids of its own (its 0 is not the main agent's 0).
+        per_context = scope == "local"
         if "requests" not in obj:
             raise WorkloadError(f"{at}: requests: missing; a trace needs a list of requests")
         entries = obj["requests"]
         if not isinstance(entries, list) or not entries:
             raise WorkloadError(f"{at}: requests: {short(entries)} is not allowed; give a non-empty list of requests")
-        turns = self._turns(entries, at, block_size, key)
+        turns = self._turns(entries, at, block_size, trace_id, per_context)
         if not turns:
             raise WorkloadError(f"{at}: requests: no main-agent request; a trace needs at least one")
-        self._first_blocks.append(turns[0].get("blocks") or [])
         self.records.append({"id": f"{self.stem}-{trace_id}", "tenant": self.tenant, "turns": turns})
 
-    def _turns(self, entries: list[Any], at: str, block_size: int, key: tuple[str, str]) -> list[dict[str, Any]]:
+    def _turns(
+        self, entries: list[Any], at: str, block_size: int, trace_id: str, per_context: bool
+    ) -> list[dict[str, Any]]:
         turns: list[dict[str, Any]] = []
         prev: dict[str, Any] | None = None  # the last main request
         children: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (turn, group) of the open fan-out
@@ -253,7 +255,7 @@ class _Builder:
                     "kind": STEP_FAN_OUT_CHILD,
                     "parents": [prev["id"]],
                     "tool_call": SUBAGENT,
-                    **self._prompt(last, key, block_size),
+                    **self._prompt(last, f"{trace_id}/requests[{i}]" if per_context else trace_id, block_size),
                 }
                 children.append((turn, group))
                 turns.append(turn)
@@ -265,7 +267,7 @@ class _Builder:
             self.counts["main_requests"] += 1
             turn = {"max_tokens": max(1, req["out"]), "id": req["id"], "role": req["role"]}
             if prev is None:
-                turns.append({**turn, "kind": STEP_FIRST, "parents": [], **self._prompt(req, key, block_size)})
+                turns.append({**turn, "kind": STEP_FIRST, "parents": [], **self._prompt(req, trace_id, block_size)})
                 prev = req
                 continue
             grown = req["in"] - (prev["in"] + prev["out"])
@@ -293,35 +295,17 @@ class _Builder:
             return self.max_think_s
         return max(0.0, seconds)
 
-    def _prompt(self, req: dict[str, Any], key: tuple[str, str], block_size: int) -> dict[str, Any]:
-        """A request's whole prompt: its blocks, or (without hash_ids) ``in`` synthetic tokens."""
+    def _prompt(self, req: dict[str, Any], context: str, block_size: int) -> dict[str, Any]:
+        """A request's whole prompt: its blocks in id space ``context``, or (without hash_ids) ``in``
+        synthetic tokens."""
         if req["hash_ids"] is None:
             return {"tokens": req["in"]}
-        blocks = split_blocks(req["hash_ids"], req["in"], block_size)
-        if key[0] == "global":
-            self._global_ids.update(req["hash_ids"])
-        else:
-            for block in blocks:
-                n = self._local_ids.setdefault((key[1], block[0]), len(self._local_ids))
-                self._local_blocks.append((block, n))
-        return {"blocks": blocks}
+        ids = [block_id(context, h) for h in req["hash_ids"]]
+        self._blocks.update(ids)
+        return {"blocks": split_blocks(ids, req["in"], block_size)}
 
     def stats(self, block_size: int) -> dict[str, Any]:
-        # Prefix reuse of first requests as a prefix cache sees it: leading blocks an earlier one sent.
-        seen: set[int] = set()
-        reused = total = 0
-        for blocks in self._first_blocks:
-            total += sum(n for _, n in blocks)
-            for block_id, n in blocks:
-                if block_id not in seen:
-                    break
-                reused += n
-            seen.update(b for b, _ in blocks)
-        out: dict[str, Any] = {"block_size": block_size}
-        if self._global_ids or self._local_ids:
-            out["unique_blocks"] = len(self._global_ids) + len(self._local_ids)
-            out["prefix_reuse"] = reused / total if total else 0.0
-        return {**out, **self.counts}
+        return {"block_size": block_size, "unique_blocks": len(self._blocks), **self.counts}
 
 
 def _seconds(entry: dict[str, Any], field: str, where: str, *, required: bool) -> float | None:
@@ -393,7 +377,7 @@ def _group(entry: dict[str, Any], where: str, block_size: int) -> dict[str, Any]
     duration_ms = entry.get("duration_ms")
     if isinstance(duration_ms, int | float) and not isinstance(duration_ms, bool) and math.isfinite(duration_ms):
         end = start + max(0.0, float(duration_ms)) / 1000.0
-    else:
-        end = max(r["end"] for r in inner)
+    else:  # its requests' own span: their clock starts at the sub-agent's start in older traces
+        end = start + max(r["end"] for r in inner) - inner[0]["t"]
     think = _seconds(entry, "think_time", where, required=False)
     return {"inner": inner, "start": start, "end": max(start, end), "think_time": think, "nested": nested}
