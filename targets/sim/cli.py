@@ -44,6 +44,27 @@ def _known_profile(_ctx: click.Context, param: click.Parameter, value: str) -> P
         raise click.BadParameter(str(e), param=param) from None
 
 
+def _eos_lengths(_ctx: click.Context, param: click.Parameter, value: str | None):
+    """A JSON distribution for ``eos_lengths``, checked as a profile's would be."""
+    if value is None:
+        return None
+    import orjson
+
+    from targets.sim.profile import parse_eos_lengths
+
+    try:
+        raw = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise click.BadParameter(
+            f"{value!r} is not JSON; use e.g. '{{\"dist\": \"lognormal\", \"median\": 120, \"sigma\": 0.8}}'",
+            param=param,
+        ) from None
+    try:
+        return parse_eos_lengths(raw, "--eos-lengths")
+    except ProfileError as e:
+        raise click.BadParameter(str(e).removeprefix("--eos-lengths: eos_lengths: "), param=param) from None
+
+
 @click.command(
     "sim",
     help="Start a simulated LLM inference engine (OpenAI-compatible, streaming) on 127.0.0.1.",
@@ -82,7 +103,12 @@ def _known_profile(_ctx: click.Context, param: click.Parameter, value: str) -> P
               help="JSONL of {prompt, answer} (a quality eval file): reply to a known prompt with its answer.")
 @click.option("--wrong-answers", is_flag=True, help="Reply to every known prompt of --answers wrongly.")
 @click.option("--reasoning-tokens", type=click.IntRange(min=0), default=None, metavar="N",
-              help="Open every chat reply with N reasoning tokens (reasoning_content deltas); default: the profile's.")
+              help="Open every chat, Messages and Responses reply with N reasoning tokens; default: the profile's.")
+@click.option("--eos-lengths", "eos_lengths", default=None, metavar="JSON", callback=_eos_lengths,
+              help='Natural reply lengths, e.g. \'{"dist": "lognormal", "median": 120, "sigma": 0.8}\': replies '
+                   "end with stop at a drawn length below max_tokens; default: the profile's.")
+@click.option("--preemption/--no-preemption", default=None,
+              help="KV blocks on demand, preempting the newest request under pressure; default: the profile's.")
 @click.option("--measure-cold-start", "measure_launches", type=click.IntRange(min=1), default=None, metavar="N",
               help="Launch a sim N times (launch -> listening -> healthy -> first token), print p50/max, exit.")
 def sim_command(
@@ -103,10 +129,16 @@ def sim_command(
     answers_file: str | None,
     wrong_answers: bool,
     reasoning_tokens: int | None,
+    eos_lengths: dict | None,
+    preemption: bool | None,
     measure_launches: int | None,
 ) -> None:
     if reasoning_tokens is not None:
         profile_name = dataclasses.replace(profile_name, reasoning_tokens=reasoning_tokens)
+    if eos_lengths is not None:
+        profile_name = dataclasses.replace(profile_name, eos_lengths=eos_lengths)
+    if preemption is not None:
+        profile_name = dataclasses.replace(profile_name, preemption=preemption)
     if wrong_answers and not answers_file:
         raise click.UsageError("--wrong-answers needs --answers FILE")
     if measure_launches:

@@ -165,7 +165,7 @@ def profile_from_dict(data: dict, source: str = "profile") -> Profile:
     unknown = sorted(values.keys() - known)
     if unknown:
         raise ProfileError(f"{source}: unknown field(s) {', '.join(unknown)}")
-    values["eos_lengths"] = _eos_lengths(values["eos_lengths"], source)
+    values["eos_lengths"] = parse_eos_lengths(values["eos_lengths"], source)
     if not isinstance(values["preemption"], bool):
         raise ProfileError(f"{source}: preemption must be true or false (got {values['preemption']!r})")
     for key, (lo, hi) in _NUMERIC_RULES.items():
@@ -184,7 +184,7 @@ def profile_from_dict(data: dict, source: str = "profile") -> Profile:
     return profile
 
 
-def _eos_lengths(raw: object, source: str) -> Distribution | None:
+def parse_eos_lengths(raw: object, source: str) -> Distribution | None:
     """The ``eos_lengths`` knob: a distribution of reply lengths (tokens, at least 1), or None."""
     if raw is None:
         return None

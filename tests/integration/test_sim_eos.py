@@ -7,7 +7,6 @@ from __future__ import annotations
 import orjson
 
 from targets.sim.process import SimProcess
-from targets.sim.profile import load_profile
 
 from .runs import truth
 from .test_sim_server import run, stream
@@ -59,12 +58,9 @@ def finish_on_the_wire(endpoint: str, res) -> str:
 
 
 def test_eos_lengths_end_replies_with_stop_on_every_api(tmp_path) -> None:
-    path = tmp_path / "eos.json"
-    path.write_bytes(orjson.dumps({**_tiny(), "eos_lengths": EOS}))
-    log = tmp_path / "truth.jsonl"
-    sim = SimProcess.start(
-        ["--profile", str(path), "--time-scale", "0", "--seed", "3", "--truth-log", str(log)]
-    )
+    log = tmp_path / "truth.jsonl"  # the knob from the command line (a profile file works alike)
+    flags = ["--eos-lengths", orjson.dumps(EOS).decode(), "--time-scale", "0", "--seed", "3"]
+    sim = SimProcess.start(["--profile", "tiny", *flags, "--truth-log", str(log)])
     sent: dict[str, str] = {}
     try:
         _send_all(sim.url, sent)
@@ -105,9 +101,3 @@ def _send_all(url: str, sent: dict[str, str]) -> None:
         path_, b = body(endpoint, PROMPTS[0], True, ignore_eos=True)  # vLLM's extension: run to max_tokens
         res = run(stream(url, path_, b, headers={"X-Request-ID": f"{endpoint}-ignore"}))
         sent[f"{endpoint}-ignore"] = finish_on_the_wire(endpoint, res)
-
-
-def _tiny() -> dict:
-    from dataclasses import asdict
-
-    return {k: v for k, v in asdict(load_profile("tiny")).items() if k not in ("eos_lengths", "preemption")}
