@@ -38,6 +38,7 @@ from loadgen.capture.apis import (
     read_request,
 )
 from loadgen.capture.messages import Message, answered_tool, prefix_digests, split_system, turn_text
+from loadgen.capture.subagents import KIND_CHILD, KIND_JOIN, child_turn, differs, join_text
 
 __all__ = [
     "CHAT", "COMPLETIONS", "MESSAGES", "RESPONSES", "CaptureStats", "CapturedTurn", "Conversation",
@@ -52,6 +53,7 @@ class CapturedTurn:
     max_tokens: int
     think_time_s: float
     tool_call: str | None = None  # a tool-result turn: the tool whose call it answers
+    kind: str | None = None  # "fan-out child" or "join" (subagents.py); None: a chain step
 
 
 @dataclass(slots=True)
@@ -77,6 +79,10 @@ class Conversation:
     last_response_id: str | None = None
     reply_calls: dict[str, str] | None = None
     chained: bool = False
+    tools: tuple[str, ...] = ()  # the tool names its first recorded request defined
+    # sub-agents (subagents.py): a parent's, begun since its last turn; a sub-agent's parent
+    subagents: list[Conversation] = field(default_factory=list)
+    parent: Conversation | None = None
     last_end_s: float | None = None
     last_activity_s: float = 0.0
     in_flight: int = 0
@@ -98,6 +104,9 @@ class PendingTurn:
     prompt: str | None = None
     tool_call: str | None = None
     chained: bool = False  # a Responses request that names the previous response
+    tools: tuple[str, ...] = ()
+    children: list[Conversation] | None = None  # a join: the sub-agents that become its fan-out
+    children_tool: str | None = None  # the tool the children's outputs answer
 
     @property
     def endpoint(self) -> str:
@@ -113,6 +122,7 @@ class CaptureStats:
     not_recorded: int = 0  # bodies that are not a request of a recorded API we can read
     cut: int = 0
     failed: int = 0
+    subagent_requests_folded: int = 0  # a sub-agent's requests before its last (subagents.py)
 
 
 class SessionAssembler:
@@ -168,6 +178,9 @@ class SessionAssembler:
             if conv is not None and (conv.history_digest is not None or conv.chained):
                 added = _added_messages(conv, msgs, digests)
                 if added is None:
+                    system = split_system(msgs)[0]
+                    if conv.turns and differs(system, req.tools, conv.system_prompt, conv.tools):
+                        return self._begin_subagent(conv, req, digests, now_s)
                     self._supersede(conv)
                     conv = None
         else:
@@ -189,10 +202,43 @@ class SessionAssembler:
         if added is None:  # the conversation's first recorded turn: everything but the system prompt
             system, added = split_system(msgs)
         content, role = turn_text(added)
-        return PendingTurn(
+        pending = PendingTurn(
             conv, content, role, system, now_s, conv.last_end_s,
             history_len=len(msgs), history_digest=digests[-1], tool_call=answered_tool(added, msgs),
+            tools=req.tools,
         )  # fmt: skip
+        children = [sub for sub in conv.subagents if sub.turns]
+        if children:  # the parent's next request: its sub-agents' results come back
+            pending.children = children
+            pending.content, with_results = join_text(added, True)
+            pending.role, pending.tool_call = "user", None
+            if with_results:
+                pending.children_tool = answered_tool([m for m in added if m.role == "tool"], msgs)
+        return pending
+
+    def _begin_subagent(
+        self, parent: Conversation, req: ApiRequest, digests: list[bytes], now_s: float
+    ) -> PendingTurn:
+        """A sub-agent request of ``parent`` (subagents.py): it continues the open sub-agent whose
+        history it extends, else starts one. Its turn's text is all of its non-system text."""
+        msgs = req.messages
+        sub = next((s for s in parent.subagents if _added_messages(s, msgs, digests) is not None), None)
+        if sub is None:
+            self._seq += 1
+            sub = Conversation(seq=self._seq, endpoint=parent.endpoint, key=None, parent=parent)
+            parent.subagents.append(sub)
+        system, rest = split_system(msgs)
+        content, _ = turn_text(rest)
+        return PendingTurn(
+            sub,
+            content,
+            "user",
+            system,
+            now_s,
+            sub.last_end_s,
+            history_len=len(msgs),
+            history_digest=digests[-1],
+        )
 
     def _begin_chained(self, req: ApiRequest, key: str | None, now_s: float) -> PendingTurn:
         """A Responses request naming the previous response: it sends only what is new (the
@@ -266,6 +312,9 @@ class SessionAssembler:
         chained request's tool results (``reply.Reply`` carries both)."""
         conv = pending.conversation
         self._settle(conv, now_s)
+        if conv.parent is not None:  # a sub-agent: kept aside until its parent's join
+            self._complete_subagent(conv, pending, output_tokens)
+            return
         think = 0.0
         if conv.turns and pending.prev_end_s is not None:
             think = max(0.0, pending.t_request_s - pending.prev_end_s)
@@ -273,8 +322,14 @@ class SessionAssembler:
             conv.system_prompt = pending.system_prompt
             conv.session_id = self._session_id(conv)
             conv.arrival_s = pending.t_request_s
+            conv.tools = pending.tools
+        kind = None
+        if pending.children:
+            self._fold_children(conv, pending.children, pending.children_tool, pending.prev_end_s)
+            last_child_end = max(s.last_end_s or 0.0 for s in pending.children)
+            think, kind = max(0.0, pending.t_request_s - last_child_end), KIND_JOIN
         conv.turns.append(
-            CapturedTurn(pending.content, pending.role, max(1, output_tokens), think, pending.tool_call)
+            CapturedTurn(pending.content, pending.role, max(1, output_tokens), think, pending.tool_call, kind)
         )
         self._changed[conv.seq] = conv
         self.stats.turns += 1
@@ -290,6 +345,29 @@ class SessionAssembler:
             conv.last_reply = reply_text
             if conv.key is None:
                 self._completions[conv.seq] = conv
+
+    def _complete_subagent(self, sub: Conversation, pending: PendingTurn, output_tokens: int) -> None:
+        if not sub.turns:
+            sub.system_prompt = pending.system_prompt
+            sub.arrival_s = pending.t_request_s
+        else:
+            self.stats.subagent_requests_folded += 1
+        sub.turns.append(CapturedTurn(pending.content, "user", max(1, output_tokens), 0.0))
+        sub.history_len, sub.history_digest = pending.history_len, pending.history_digest
+
+    def _fold_children(
+        self, conv: Conversation, children: list[Conversation], tool: str | None, parent_end_s: float | None
+    ) -> None:
+        """Sub-agents as fan-out children of ``conv``'s last turn (subagents.py)."""
+        for sub in children:
+            last = sub.turns[-1]
+            assert sub.arrival_s is not None
+            child = child_turn(last.content, last.max_tokens, sub.arrival_s, parent_end_s)
+            conv.turns.append(
+                CapturedTurn(child.content, "user", child.max_tokens, child.think_time_s, tool, KIND_CHILD)
+            )
+            self.stats.turns += 1
+        conv.subagents = [s for s in conv.subagents if s not in children]
 
     def drop(self, pending: PendingTurn, *, cut: bool, now_s: float) -> None:
         """The reply failed (``cut``: the client went away mid-reply): nothing is recorded."""
@@ -308,6 +386,8 @@ class SessionAssembler:
         conv.last_activity_s = now_s
         if conv.seq in self._open:
             self._open.move_to_end(conv.seq)
+        if conv.parent is not None:  # a running sub-agent keeps its parent open
+            self._touch(conv.parent, now_s)
 
     # --- closing ------------------------------------------------------------------------------------
     def take_closed(self, now_s: float, *, everything: bool = False) -> list[Conversation]:
@@ -336,6 +416,9 @@ class SessionAssembler:
         return out
 
     def _close(self, conv: Conversation) -> None:
+        children = [sub for sub in conv.subagents if sub.turns]
+        if children and conv.turns:  # no join came: the session ends with its fan-out
+            self._fold_children(conv, children, None, conv.last_end_s)
         self._open.pop(conv.seq, None)
         self._changed.pop(conv.seq, None)
         self._completions.pop(conv.seq, None)
@@ -364,8 +447,8 @@ class SessionAssembler:
             del self._by_key[(conv.endpoint, conv.key)]
 
     def _index(self, conv: Conversation, *, remove: bool = False) -> None:
-        """Headerless conversations are found by their history's digest."""
-        if conv.key is not None or conv.history_digest is None:
+        """Headerless conversations are found by their history's digest (sub-agents by their parent)."""
+        if conv.key is not None or conv.history_digest is None or conv.parent is not None:
             return
         bucket = self._by_history.setdefault(conv.history_digest, [])
         if remove:

@@ -85,6 +85,8 @@ class SessionRenderer:
         turn["role"] = t.role
         if t.tool_call is not None and not first:  # a first step answers no call (workloads.dag)
             turn["tool_call"] = t.tool_call
+        if t.kind is not None:  # sub-agents as fan-out children and their join (subagents.py)
+            turn["kind"] = t.kind
         return orjson.dumps(turn)
 
 

@@ -15,6 +15,7 @@ from loadgen.capture.assembly import SessionAssembler
 from loadgen.capture.reply import ReplyMeter
 from loadgen.capture.writer import SessionRenderer, SessionSnapshot
 from workloads import load_workload
+from workloads.dag import plan_turns
 
 SYSTEM = "You are a coding agent."
 
@@ -301,3 +302,65 @@ def test_tool_steps_are_written_with_the_tool_they_answer_and_read_back(tmp_path
         ("fix it", "user", None),
         ("body", "tool", "read_file"),
     ]
+
+
+# --- sub-agents -----------------------------------------------------------------------------------
+
+
+def _task_call(call_id: str) -> dict:
+    return {"type": "tool_use", "id": call_id, "name": "Task", "input": {"task": "explore"}}
+
+
+def test_sub_agents_under_the_parents_key_become_fan_out_children_and_a_join(tmp_path) -> None:
+    asm = SessionAssembler(idle_timeout_s=60)
+    main = [{"role": "user", "content": "refactor the parser"}]
+    _turn(asm, MESSAGES, _messages_body(main), key="cc", t=0.0, end=1.0, out=20)
+    # Two sub-agents under the same key, with their own system prompt and tools: not a rewrite.
+    sub_body = {"max_tokens": 64, "system": "You explore code.", "tools": [{"name": "grep"}]}
+    a = [{"role": "user", "content": "find the callers of parse"}]
+    b = [{"role": "user", "content": "find the tests of parse"}]
+    _turn(asm, MESSAGES, {**sub_body, "messages": a}, key="cc", t=1.5, end=2.0, out=6)
+    _turn(asm, MESSAGES, {**sub_body, "messages": b}, key="cc", t=1.75, end=2.5, out=8)
+    a += [{"role": "assistant", "content": "grep says"}, {"role": "user", "content": "callers: a.py, b.py"}]
+    _turn(asm, MESSAGES, {**sub_body, "messages": a}, key="cc", t=2.25, end=3.0, out=9)
+    # The parent's next request carries both results: the join.
+    main += [
+        {"role": "assistant", "content": [_task_call("t1"), _task_call("t2")]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "callers found"},
+            {"type": "tool_result", "tool_use_id": "t2", "content": "tests found"},
+            {"type": "text", "text": "go ahead"},
+        ]},
+    ]  # fmt: skip
+    _turn(asm, MESSAGES, _messages_body(main), key="cc", t=3.5, end=4.0, out=5)
+    (conv,) = _closed(asm)
+    assert conv.session_id == "cc" and asm.stats.subagent_requests_folded == 1
+    rows = [(t.content, t.max_tokens, t.think_time_s, t.tool_call, t.kind) for t in conv.turns]
+    assert rows == [
+        ("refactor the parser", 20, 0.0, None, None),
+        ("find the callers of parse\n\ngrep says\n\ncallers: a.py, b.py", 9, 0.5, "Task", "fan-out child"),
+        ("find the tests of parse", 8, 0.75, "Task", "fan-out child"),
+        ("go ahead", 5, 0.5, None, "join"),
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(SessionRenderer(tenant="t").line(SessionSnapshot.of(conv)))
+    (session,) = load_workload(str(path)).sessions(0, 1)
+    plan = plan_turns(session.turns, where="s.jsonl")  # a valid DAG: two children of t0, then their join
+    assert [(st.kind, st.parent_ids) for st in plan.steps] == [
+        ("first", ()),
+        ("fan-out child", ("t0",)),
+        ("fan-out child", ("t0",)),
+        ("join", ("t1", "t2")),
+    ]
+    assert [session.turns[i].tool_call for i in (1, 2)] == ["Task", "Task"]
+
+
+def test_same_system_prompt_is_a_rewrite_not_a_sub_agent_and_no_join_ends_with_the_fan_out() -> None:
+    asm = SessionAssembler(idle_timeout_s=60)
+    _turn(asm, MESSAGES, _messages_body([{"role": "user", "content": "one"}]), key="k", t=0, end=1)
+    _turn(asm, MESSAGES, _messages_body([{"role": "user", "content": "compacted"}]), key="k", t=2, end=3)
+    _turn(asm, MESSAGES, {"max_tokens": 8, "system": "Sub.", "messages": [{"role": "user", "content": "task"}]},
+          key="k", t=4, end=5, out=3)  # fmt: skip
+    first, second = _closed(asm)
+    assert (first.session_id, second.session_id) == ("k", "k#2")
+    assert [(t.content, t.kind) for t in second.turns] == [("compacted", None), ("task", "fan-out child")]
