@@ -199,6 +199,8 @@ def _set(path: list, value):
          'line 1: requests[2].requests[1].in: "x" is not allowed; use an integer >= 1'),
         (_set([0, "requests", 0, "hash_ids"], [1, 2]),
          "line 1: requests[0].hash_ids: 2 blocks but in 300 needs 5 of 64 tokens; check the trace's block_size"),
+        (_set([0, "requests", 2, "requests", 1, "hash_ids", 2], -3),
+         "line 1: requests[2].requests[1].hash_ids: -3 is not allowed; use an integer >= 0"),
         (_set([2, "requests", 1, "t"], -1), "line 3: requests[1].t: -1 is not allowed; give a number of seconds >= 0"),
         (_set([0, "requests", 3, "requests"], []),
          "line 1: requests[3].requests: [] is not allowed; a sub-agent needs a non-empty list of requests"),
