@@ -234,6 +234,18 @@ def _send_lag_ms(out: Outcome) -> list[float]:
     return [(r.t_send_us - r.t_sched_us) / 1e3 for r in out.recs]
 
 
+def _assert_sent_on_schedule(out: Outcome) -> None:
+    """Requests leave when planned: a delay that crept into the schedule (waiting for the far
+    target's connection, or for the far master's GO) would make most of them late by about it.
+    A CPU stall on a busy machine makes a few late at once (seen: 5 of 74 by 55-105 ms), so the
+    bound is on the median and on how many are late by half the link delay or more, not on p99."""
+    lag = _send_lag_ms(out)
+    first = [(r.t_send_us - r.t_sched_us) / 1e3 for r in out.recs if r.turn_index == 0]
+    assert statistics.median(lag) < 5.0 and statistics.median(first) < 5.0, (sorted(lag), sorted(first))
+    late = [x for x in lag if x >= LINK_DELAY_MS / 2]
+    assert len(late) <= 0.1 * len(lag), sorted(lag)
+
+
 def _arrival_lateness_ms(out: Outcome, host: str | None = None) -> list[float]:
     """Each first turn's arrival at the sim against its intended time on the master's clock (this
     process's clock too: one kernel), optionally for one host's worker only."""
@@ -285,8 +297,8 @@ def test_a_link_delay_to_the_target_adds_the_round_trip_to_ttft_not_to_the_sched
     gained_ms = statistics.median(slow) - statistics.median(base)
     assert rtt_ms - 2.0 <= gained_ms <= rtt_ms + 15.0, (gained_ms, statistics.median(base))
     # The requests still leave on time, and reach the sim one link delay later.
+    _assert_sent_on_schedule(out)
     lag = _send_lag_ms(out)
-    assert statistics.median(lag) < 5.0 and _p(lag, 95) < 25.0, sorted(lag)[-5:]
     late = _arrival_lateness_ms(out)
     assert LINK_DELAY_MS - 1.0 <= statistics.median(late) <= LINK_DELAY_MS + 15.0, sorted(late)
     with capsys.disabled():
@@ -313,8 +325,8 @@ def test_a_delay_on_the_control_path_changes_no_result(net: Net, direct: Outcome
     for w in out.info["workers"]:
         assert w["clock_offset_error_s"] >= 0.9 * LINK_DELAY_MS / 1000, w
         assert abs(w["clock_offset_s"]) <= w["clock_offset_error_s"] + 0.002, w
-    lag, late = _send_lag_ms(out), _arrival_lateness_ms(out)
-    assert statistics.median(lag) < 5.0 and _p(lag, 95) < 25.0, sorted(lag)[-5:]
+    _assert_sent_on_schedule(out)
+    late = _arrival_lateness_ms(out)
     assert -5.0 <= statistics.median(late) <= 15.0 and min(late) > -10.0, sorted(late)
     with capsys.disabled():
         print(f"\n[multihost control delay] {len(out.recs)} requests as without it; arrivals "
