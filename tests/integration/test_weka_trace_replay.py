@@ -30,9 +30,9 @@ def _full_blocks(t: dict) -> int:
 def test_weka_trace_sub_agents_fan_out_on_the_parents_cache_and_the_shared_blocks_hit(tmp_path):
     traces = [json.loads(line) for line in WEKA.read_text().splitlines()]
     wl = load_workload(WEKA)
-    # Sim time x5: a sub-agent's request lasts ~100 ms, well over the 10 ms by which the trace's
+    # Sim time x10: a sub-agent's request lasts ~250 ms, well over the 10 ms by which the trace's
     # second sub-agent starts after the first, so the two are in flight together on a busy machine.
-    with sim(tmp_path, "--profile", "tiny", "--time-scale", "5", "--seed", "2") as (proc, truth_log):
+    with sim(tmp_path, "--profile", "tiny", "--time-scale", "10", "--seed", "2") as (proc, truth_log):
         # One agent at a time: each session's first request comes after the earlier sessions ended.
         r = loadgen(
             "run", "--target", proc.url, "--workload", str(WEKA), "--concurrency", "1", "--num-sessions", "3",
