@@ -2,8 +2,9 @@
 
 The raw Prometheus pages are kept (``server-metrics/<name>-before.prom``, ``-after.prom``) so any
 metric can be looked at later, and ``server-metrics.json`` holds, per endpoint, the counter
-increases over the run and the engine-aware picks (prefix-cache hit rate, mean queue time) of
-``targets.scrape``. A server without ``/metrics`` is noted, never an error: the run's own
+increases over the run and the engine-aware picks of ``targets.scrape`` (prefix-cache hit rate,
+mean queue time, queue depth, the engine's mean TTFT, preemptions), read from each engine's own
+names: vLLM's ``vllm:*`` (which the sim exports beside its ``sim:*``), SGLang's, llama-server's. A server without ``/metrics`` is noted, never an error: the run's own
 numbers do not depend on it.
 """
 

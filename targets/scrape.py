@@ -28,7 +28,8 @@ sim             ``sim:prefix_cache_hits_total`` /           ``sim:queue_time_sec
                 the ``sim:prefix_cache_hit_rate`` gauge
 ==============  ==========================================  ===============================  ==========================
 
-Preemptions: ``vllm:num_preemptions_total`` (vLLM; the sim exports it too) or
+Mean TTFT on the engine's side: ``vllm:time_to_first_token_seconds`` or
+``sglang:time_to_first_token_seconds`` (histograms). Preemptions: ``vllm:num_preemptions_total`` (vLLM; the sim exports it too) or
 ``sim:num_preemptions_total``. The sim exports vLLM's names beside its own (docs/sim.md); a page
 with ``sim:`` names is the sim's, and the vLLM names give the same picks.
 
@@ -56,6 +57,7 @@ __all__ = [
     "engine_of",
     "http_get",
     "mean_queue_time_s",
+    "mean_ttft_s",
     "parse_text",
     "preemptions",
     "prefix_cache_hit_rate",
@@ -420,6 +422,16 @@ def queue_depth(metrics: Metrics) -> float | None:
     return None
 
 
+def mean_ttft_s(metrics: Metrics) -> float | None:
+    """The engine's own mean time to first token, from its TTFT histogram (vLLM's name, which the
+    sim exports too, or SGLang's): beside the client's TTFT it shows the time outside the engine."""
+    for name in ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"):
+        h = metrics.histogram(name)
+        if h is not None and h.mean is not None:
+            return h.mean
+    return None
+
+
 def preemptions(metrics: Metrics) -> float | None:
     """Requests the engine preempted under KV pressure (a counter: on a ``diff``, over the window)."""
     for name in ("vllm:num_preemptions_total", "sim:num_preemptions_total"):
@@ -436,6 +448,7 @@ def summarize(metrics: Metrics) -> dict[str, float | str | None]:
         "prefix_cache_hit_rate": prefix_cache_hit_rate(metrics),
         "mean_queue_time_s": mean_queue_time_s(metrics),
         "queue_depth": queue_depth(metrics),
+        "mean_ttft_s": mean_ttft_s(metrics),
         "preemptions": preemptions(metrics),
     }
 

@@ -99,3 +99,4 @@ def test_vllm_metrics_match_the_truth(tmp_path) -> None:
     assert worst["preemptions"] > 0
     picks = summarize(m)
     assert picks["engine"] == "sim" and picks["preemptions"] == v("vllm:num_preemptions_total")
+    assert picks["mean_ttft_s"] == pytest.approx(sum(ttft_s) / N, rel=1e-9)

@@ -119,6 +119,7 @@ def test_llama_server_and_sim_picks():
         "prefix_cache_hit_rate": None,
         "mean_queue_time_s": None,
         "queue_depth": 3.0,
+        "mean_ttft_s": None,
         "preemptions": None,
     }
     s = page("sim")
