@@ -20,6 +20,7 @@ Run alone: ``.venv/bin/python -m pytest -q tests/integration/test_multihost.py``
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 import statistics
@@ -105,8 +106,6 @@ class Net:
         self._next_port = 5600
 
     def env(self, *, secret: bool = True, **extra: str) -> dict[str, str]:
-        import os
-
         env = {k: v for k, v in os.environ.items() if k != "LOADGEN_JOIN_SECRET"}
         env["PYTHONUNBUFFERED"] = "1"
         if secret:
