@@ -56,7 +56,7 @@ def add_arguments(parser: Any) -> None:
     # web UI's start form; include_in_web_ui=False keeps internal ones off it.
     g = parser
     g.add_argument("--workload", default="agentic-coding", help="Shipped spec name, a .yaml spec, or a data file (sessions, ShareGPT, Mooncake, Azure)")
-    g.add_argument("--workload-format", default="", help="Data file format (sessions, sharegpt, mooncake, azure, burstgpt, bailian); default: detected")
+    g.add_argument("--workload-format", default="", help="Data file format (sessions, sharegpt, mooncake, azure, burstgpt, bailian, weka-trace); default: detected")
     g.add_argument("--tokenizer", default="", help="Exact token counts: a tokenizer.json, a directory holding one, or a cached ORG/NAME")
     g.add_argument("--workload-options", default="", help="Reader options, e.g. min_turns=2,max_prompt_tokens=4096")
     g.add_argument("--seed", type=int, default=0, help="Seed: same seed, same sessions and arrival times")
