@@ -86,6 +86,7 @@ def load(server: SimServer) -> dict:
 
 def sim_info(server: SimServer) -> dict:
     """Who this sim is: launchers check ``pid`` and ``server_id`` to be sure the port is theirs."""
+    p = server.profile
     return {
         "engine": ENGINE,
         "version": VERSION,
@@ -97,4 +98,9 @@ def sim_info(server: SimServer) -> dict:
         "pid": os.getpid(),
         "port": server.port,
         "faults": {k: getattr(server.config.faults, k) for k in (*F.KINDS, "stall_s")},
+        "behaviour": {  # the profile's optional knobs, after the command line's overrides
+            "reasoning_tokens": p.reasoning_tokens,
+            "eos_lengths": None if p.eos_lengths is None else p.eos_lengths.to_dict(),
+            "preemption": p.preemption,
+        },
     }

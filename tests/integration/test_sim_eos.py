@@ -9,7 +9,7 @@ import orjson
 from targets.sim.process import SimProcess
 
 from .runs import truth
-from .test_sim_server import run, stream
+from .test_sim_server import get_json, run, stream
 
 MAX_TOKENS = 40
 EOS = {"dist": "lognormal", "median": 12, "sigma": 0.6, "max": 200}
@@ -64,8 +64,10 @@ def test_eos_lengths_end_replies_with_stop_on_every_api(tmp_path) -> None:
     sent: dict[str, str] = {}
     try:
         _send_all(sim.url, sent)
+        info = run(get_json(sim.url, "/sim/info"))[1]
     finally:
         sim.stop()
+    assert info["behaviour"] == {"reasoning_tokens": 0, "eos_lengths": EOS, "preemption": False}
     t = truth(log)
     reasons = []
     for rid, wire in sent.items():
