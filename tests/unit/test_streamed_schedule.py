@@ -1,0 +1,162 @@
+"""Streamed traces and schedules: rows read one by one give what the whole-file readers give.
+
+The fixtures are small; ``StreamedTraceWorkload`` is built on them directly (a run streams only
+files of STREAM_MIN_BYTES or more, tests/integration/test_trace_scale.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import operator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loadgen.accounting import Accounting, Share
+from loadgen.config import RunConfig
+from loadgen.driver import global_schedule, share_indices
+from loadgen.errors import UserError
+from loadgen.plan_stream import StreamedSchedule, in_share
+from workloads import load_workload
+from workloads.compressed import read_text
+from workloads.errors import WorkloadError
+from workloads.readers import get_reader
+from workloads.readers import stream as stream_mod
+from workloads.readers.stream import iter_text_lines
+from workloads.streamed import StreamedTraceWorkload
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "datasets"
+# (mooncake_aiperf.jsonl is out of time order: a streamed read refuses it, the whole-file one sorts it)
+TRACES = [("azure", "azure.csv"), ("burstgpt", "burstgpt.csv"), ("mooncake", "mooncake.jsonl")]
+
+
+def streamed(fmt: str, path: Path, options: dict[str, str] | None = None) -> StreamedTraceWorkload:
+    return StreamedTraceWorkload(get_reader(fmt), path, options or {})
+
+
+@pytest.mark.parametrize(("fmt", "name"), TRACES)
+def test_streamed_rows_are_the_whole_file_readers_sessions_and_offsets(fmt, name):
+    path = FIX / name
+    whole = load_workload(path, fmt=fmt)
+    wl = streamed(fmt, path)
+    rows = list(wl.rows())
+    assert len(rows) == whole.num_sessions == wl.num_sessions
+    for k, row in enumerate(rows):
+        assert wl.record_session(7, k, row.record) == whole.session(7, k)
+    offsets = whole.arrival_offsets()
+    if offsets is None:
+        assert not wl.has_arrival_times() and all(r.time_s is None for r in rows)
+    else:
+        times = np.array([r.time_s for r in rows])
+        assert wl.has_arrival_times() and np.array_equal(times - times[0], offsets)
+
+
+def test_gzip_crlf_and_bom_stream_as_the_plain_file(tmp_path):
+    text = (FIX / "azure.csv").read_text()
+    packed = tmp_path / "azure.csv.gz"
+    packed.write_bytes(gzip.compress(("\ufeff" + text.replace("\n", "\r\n")).encode()))
+    plain = [r.record for r in streamed("azure", FIX / "azure.csv").rows()]
+    assert [r.record | {"id": r.record["id"].replace("azure.csv-", "azure-")} for r in streamed("azure", packed).rows()] == plain
+
+
+def test_text_lines_across_small_blocks_match_the_whole_text(tmp_path, monkeypatch):
+    # \r\n and a multi-byte character straddling block edges; a last line without its newline.
+    text = "a,b\r\nçé,x\r\n\r\nend\rlast"
+    path = tmp_path / "t.csv"
+    path.write_bytes(("\ufeff" + text).encode())
+    for block in (1, 2, 3, 5):
+        monkeypatch.setattr(stream_mod, "READ_BLOCK_BYTES", block)
+        assert "".join(iter_text_lines(path, "trace")) == read_text(path, "trace")
+
+
+def test_broken_gzip_and_non_utf8_are_one_line_errors(tmp_path):
+    cut = tmp_path / "cut.csv"
+    cut.write_bytes(gzip.compress(b"TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n" * 50)[:-20])
+    with pytest.raises(WorkloadError, match="gzip-compressed but cut short or corrupt"):
+        list(iter_text_lines(cut, "Azure trace"))
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("TIMESTAMP\n\xe9\n".encode("latin-1"))
+    with pytest.raises(WorkloadError, match="not UTF-8 text; a Azure trace is UTF-8"):
+        list(iter_text_lines(latin, "Azure trace"))
+
+
+def test_a_row_out_of_time_order_is_a_one_line_error_naming_it(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,5,5\n3.0,5,5\n2.5,5,5\n")
+    wl = streamed("azure", path)
+    with pytest.raises(WorkloadError, match=r"t\.csv line 4: timestamp is 0\.5 s before line 3's; .* sort its rows by time"):
+        list(wl.rows())
+    # The whole-file reader sorts instead.
+    assert load_workload(path).session(0, 1).session_id == "t-L4"
+
+
+def cfg_for(path: Path, **kw) -> RunConfig:
+    return RunConfig(run_id="r", workload=str(path), arrival="trace", **kw)
+
+
+def whole_and_streamed(fmt: str, name: str, **kw):
+    path = FIX / name
+    cfg = cfg_for(path, **kw)
+    return cfg, global_schedule(cfg, load_workload(path, fmt=fmt)), global_schedule(cfg, streamed(fmt, path))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"num_sessions": 50}, {"duration_s": 20.0}, {"num_sessions": 50, "duration_s": 5.0}, {"trace_time_scale": 0.1, "duration_s": 3.0},
+     {"trace_rate_per_s": 4.0}, {"num_sessions": 200}],
+)  # fmt: skip
+def test_streamed_schedule_plans_and_cuts_as_the_whole_file_schedule(kw):
+    _cfg, whole, sched = whole_and_streamed("azure", "azure.csv", **kw)
+    assert isinstance(sched, StreamedSchedule)
+    if sched.planned is None:  # a run of the whole file: counted during the run
+        sched.count_planned()
+    assert sched.planned == whole.planned and sched.cut_by == whole.cut_by
+    assert sched.available in (None, whole.available)
+    got = [(k, off) for k, off, _ in sched.arrivals()]
+    assert [k for k, _ in got] == list(range(whole.planned))
+    assert np.allclose([off for _, off in got], whole.offsets, rtol=1e-12, atol=1e-9)
+
+
+def test_shares_nest_and_cover_the_schedule_once_with_one_worker_or_two():
+    _, whole, sched = whole_and_streamed("mooncake", "mooncake.jsonl", trace_time_scale=0.01)
+    one = [(k, off) for k, off, _ in sched.share_arrivals(1, 0)]
+    two = sorted((k, off) for slot in (0, 1) for k, off, _ in sched.share_arrivals(2, slot))
+    assert one == two and len(one) == 240
+    for slot in (0, 1):
+        # A lost slot's arrivals re-planned onto 3 survivors, one of those onto 2 more.
+        share = [k for k, _, _ in sched.share_arrivals(2, slot)]
+        parts = [[k for k, _, _ in sched.share_arrivals(2, slot, [[3, j]])] for j in range(3)]
+        parts[0:1] = [[k for k, _, _ in sched.share_arrivals(2, slot, [[3, 0], [2, i]])] for i in range(2)]
+        assert sorted(functools.reduce(operator.iadd, parts, [])) == share == list(share_indices(240, 2, slot))
+        assert all(in_share(k, 2, slot, [[3, 1]]) for k in parts[2])
+    later = [k for k, off, _ in sched.share_arrivals(2, 1, None, from_s=1.0)]
+    assert later == [int(k) for k in share_indices(240, 2, 1) if whole.offsets[k] >= 1.0]
+
+
+def test_streamed_due_counts_and_accounting_match_the_whole_file():
+    cfg, whole, sched = whole_and_streamed("mooncake", "mooncake.jsonl", trace_time_scale=0.01, num_sessions=200)
+    shares = [Share(1, [], 0.0, 1.2), Share(0, [[2, 1]], 0.5, 2.0)]
+    assert sched.due(2, shares) == whole.due(2, shares) > 0
+    acc_whole, acc = Accounting.plan(cfg, whole, None), Accounting.plan(cfg, sched, None)
+    acc_whole.n_slots = acc.n_slots = 2
+    for a in (acc_whole, acc):
+        a.close(started_by_worker={"w0": 100, "w1": 60}, lost_shares={"w1": shares}, aborted=False)
+    assert acc.as_dict()["sessions_not_started"] == acc_whole.as_dict()["sessions_not_started"] != {}
+    assert acc.arrivals_planned == 200 and acc.as_dict()["schedule_cut_by"] == ["--num-sessions"]
+
+
+def test_generated_arrivals_over_a_streamed_trace_take_its_sessions_in_order():
+    path = FIX / "azure.csv"
+    cfg = RunConfig(run_id="r", workload=str(path), arrival="poisson", rate_per_s=50.0, num_sessions=30, seed=3)
+    whole, sched = global_schedule(cfg, load_workload(path)), global_schedule(cfg, streamed("azure", path))
+    assert sched.planned == 30 and sched.cut_by == whole.cut_by == ["--num-sessions"]
+    assert [(k, off) for k, off, _ in sched.arrivals()] == [(k, float(o)) for k, o in enumerate(whole.offsets)]
+
+
+def test_a_rate_over_a_trace_at_one_instant_is_a_usage_error(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,5,5\n1.0,5,5\n")
+    with pytest.raises(UserError, match="all its arrivals are at one instant"):
+        global_schedule(cfg_for(path, trace_rate_per_s=2.0), streamed("azure", path))
