@@ -409,6 +409,10 @@ def test_a_rogue_worker_without_the_secret_is_refused_and_never_gets_the_plan(ho
     assert MARKER.encode() in received["w1"]
     assert received["r"] and MARKER.encode() not in received["r"]
     assert MARKER not in rogue_log
+    # Nor Locust's start message ("spawn"), which carries the master's options: the target, the
+    # workload's path, the run id. w1 was sent each of them.
+    for word in (b"spawn", net.topo.address("t").encode(), str(net.workload).encode(), b"mh-hostile"):
+        assert word in received["w1"] and word not in received["r"], word
     with capsys.disabled():
         print(f"\n[multihost rogue] refused; it was sent {len(received['r'])} bytes, none of the plan "
               f"(w1 was sent {len(received['w1'])})")  # fmt: skip
