@@ -42,7 +42,7 @@ class _KeyedModels(BaseHTTPRequestHandler):
 def keyed_server() -> Iterator[str]:
     _KeyedModels.seen = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _KeyedModels)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
