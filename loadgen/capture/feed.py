@@ -169,7 +169,7 @@ class ExchangeFeed:
         self._transport = None
 
     def _push(self, event: tuple) -> None:
-        if self._transport is None:
+        if self._transport is None or self._closed:  # (an exchange ending after the close is cut)
             return
         self._events.append(event)
         if self._timer is None:
