@@ -37,7 +37,14 @@ from loadgen.capture.apis import (
     ApiRequest,
     read_request,
 )
-from loadgen.capture.messages import Message, answered_tool, prefix_digests, split_system, turn_text
+from loadgen.capture.messages import (
+    MESSAGE_SEPARATOR,
+    Message,
+    answered_tool,
+    prefix_digests,
+    split_system,
+    turn_text,
+)
 from loadgen.capture.subagents import KIND_CHILD, KIND_JOIN, child_turn, differs, join_text
 
 __all__ = [
@@ -207,13 +214,20 @@ class SessionAssembler:
             history_len=len(msgs), history_digest=digests[-1], tool_call=answered_tool(added, msgs),
             tools=req.tools,
         )  # fmt: skip
+        return self._mark_join(pending, added, msgs)
+
+    def _mark_join(self, pending: PendingTurn, added: list[Message], msgs: list[Message]) -> PendingTurn:
+        """A parent's next request after sub-agents ran is their join (subagents.py)."""
+        conv = pending.conversation
         children = [sub for sub in conv.subagents if sub.turns]
-        if children:  # the parent's next request: its sub-agents' results come back
+        if children:  # the sub-agents' results come back
             pending.children = children
             pending.content, with_results = join_text(added, True)
-            pending.role, pending.tool_call = "user", None
             if with_results:
-                pending.children_tool = answered_tool([m for m in added if m.role == "tool"], msgs)
+                pending.children_tool = pending.tool_call or answered_tool(
+                    [m for m in added if m.role == "tool"], msgs
+                )
+            pending.role, pending.tool_call = "user", None
         return pending
 
     def _begin_subagent(
@@ -247,12 +261,19 @@ class SessionAssembler:
         conv = self._by_response.get(prev) if prev is not None else None
         if key is not None:
             keyed = self._by_key.get((RESPONSES, key))
-            if conv is not None and conv is not keyed:
+            if conv is not None and keyed not in (conv, conv.parent):
                 conv = None  # the response belongs to another key's conversation
             if conv is None and keyed is not None:
                 self._supersede(keyed)  # a chain this conversation never produced
         # Instructions are resent with every request (the server does not carry them over).
         system, added = split_system(req.messages)
+        if conv is not None and conv.parent is not None:  # a sub-agent's chain: all it did so far
+            so_far = conv.turns[-1].content
+            new, _ = turn_text(_without_reply(added))
+            content = MESSAGE_SEPARATOR.join(t for t in (so_far, new) if t)
+            return PendingTurn(
+                conv, content, "user", conv.system_prompt, now_s, conv.last_end_s, chained=True
+            )
         if conv is None:  # an earlier response not captured: what it did not resend is unknown
             conv = self._new_conversation(RESPONSES, key, now_s)
         else:
@@ -262,9 +283,10 @@ class SessionAssembler:
         tool_call = answered_tool(added, req.messages)
         if tool_call is None and conv.reply_calls and added and added[0].role == "tool":
             tool_call = conv.reply_calls.get(added[0].call_id or "") or None
-        return PendingTurn(
+        pending = PendingTurn(
             conv, content, role, system, now_s, conv.last_end_s, tool_call=tool_call, chained=True
         )
+        return self._mark_join(pending, added, req.messages)
 
     def _begin_completions(self, body: dict, key: str | None, now_s: float) -> PendingTurn | None:
         prompt = body.get("prompt")
@@ -314,6 +336,7 @@ class SessionAssembler:
         self._settle(conv, now_s)
         if conv.parent is not None:  # a sub-agent: kept aside until its parent's join
             self._complete_subagent(conv, pending, output_tokens)
+            self._index_response(conv, response_id, reply_calls)
             return
         think = 0.0
         if conv.turns and pending.prev_end_s is not None:
@@ -367,6 +390,7 @@ class SessionAssembler:
                 CapturedTurn(child.content, "user", child.max_tokens, child.think_time_s, tool, KIND_CHILD)
             )
             self.stats.turns += 1
+            self._index_response(sub, None, None)
         conv.subagents = [s for s in conv.subagents if s not in children]
 
     def drop(self, pending: PendingTurn, *, cut: bool, now_s: float) -> None:
@@ -419,6 +443,8 @@ class SessionAssembler:
         children = [sub for sub in conv.subagents if sub.turns]
         if children and conv.turns:  # no join came: the session ends with its fan-out
             self._fold_children(conv, children, None, conv.last_end_s)
+        for sub in conv.subagents:
+            self._index_response(sub, None, None)
         self._open.pop(conv.seq, None)
         self._changed.pop(conv.seq, None)
         self._completions.pop(conv.seq, None)

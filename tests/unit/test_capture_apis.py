@@ -364,3 +364,24 @@ def test_same_system_prompt_is_a_rewrite_not_a_sub_agent_and_no_join_ends_with_t
     first, second = _closed(asm)
     assert (first.session_id, second.session_id) == ("k", "k#2")
     assert [(t.content, t.kind) for t in second.turns] == [("compacted", None), ("task", "fan-out child")]
+
+
+def test_a_responses_sub_agent_chains_its_own_responses_and_the_chained_join_folds_it() -> None:
+    asm = SessionAssembler(idle_timeout_s=60)
+    _turn(asm, RESPONSES, _responses_body([_user_item("plan the refactor")]), key="cc", t=0, end=1, out=9,
+          response_id="m1", calls={"call_task": "Task"})  # fmt: skip
+    sub = {"instructions": "You explore code.", "stream": True}
+    _turn(
+        asm, RESPONSES, {**sub, "input": "find the callers"}, key="cc", t=1.25, end=2, out=4, response_id="s1"
+    )
+    _turn(asm, RESPONSES, {**sub, "input": "and their tests", "previous_response_id": "s1"}, key="cc",
+          t=2.5, end=3, out=6, response_id="s2")  # fmt: skip
+    result = {"type": "function_call_output", "call_id": "call_task", "output": "callers and tests"}
+    _turn(asm, RESPONSES, _responses_body([result], previous_response_id="m1"), key="cc", t=3.5, end=4, out=5)
+    (conv,) = _closed(asm)
+    assert [(t.content, t.max_tokens, t.think_time_s, t.tool_call, t.kind) for t in conv.turns] == [
+        ("plan the refactor", 9, 0.0, None, None),
+        ("find the callers\n\nand their tests", 6, 0.25, "Task", "fan-out child"),
+        (".", 5, 0.5, None, "join"),
+    ]
+    assert asm.stats.subagent_requests_folded == 1
