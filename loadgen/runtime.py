@@ -60,6 +60,7 @@ from loadgen.loss_timeouts import (
 from loadgen.master_quit import install_prompt_quit
 from loadgen.metrics import Delta, MetricsAggregate, Recorder
 from loadgen.options import check_session_count, config_from_options
+from loadgen.peer_address import PeerAddresses
 from loadgen.plan_stream import count_in_background
 from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
@@ -193,6 +194,7 @@ class LoadgenRuntime:
         self.master_loss_timeout_s = self._loss_timeout("master_loss_timeout", DEFAULT_MASTER_LOSS_TIMEOUT_S)
         self._timeouts_checked = False
         self.join_gate: JoinGate | None = None  # Locust's own messages wait for the join secret too
+        self.peers: PeerAddresses | None = None  # the address each worker's messages come from
 
     def _loss_timeout(self, name: str, default_s: float) -> float:
         """A loss timeout from Locust's options; a bad one ends the process with a one-line error
@@ -230,6 +232,7 @@ class LoadgenRuntime:
             if self.join_secret is not None:
                 # Before any message is handled: Locust's spawn goes only to clients that proved it.
                 self.join_gate = install_join_gate(runner, self.accepted)
+            self.peers = PeerAddresses(runner).install()
             install_prompt_quit(runner)
             gevent.signal_handler(STOP_SIGNAL, self._on_stop_request)
             ev.worker_report.add_listener(self._on_worker_report)
@@ -333,12 +336,13 @@ class LoadgenRuntime:
             return False
         if client_id not in self._ignored_logged:
             self._ignored_logged.add(client_id)
-            log.warning("unauthenticated worker %s from %s ignored", client_id, hostname_of(client_id))
+            log.warning("unauthenticated worker %s from %s ignored", client_id, self._origin(client_id))
         return True
 
     def _begin_run(self, environment: Any) -> None:
         try:
-            cfg = config_from_options(environment.parsed_options)
+            # Off the loop: it opens the workload (a large file's first rows), heartbeats go on.
+            cfg = off_the_loop(config_from_options, environment.parsed_options)
             if self.config is not None and self.config.run_id == cfg.run_id:
                 # The web UI can start a second test in one process: never overwrite a run.
                 cfg.run_id = f"{cfg.run_id}-{int(time.time())}"
@@ -366,9 +370,9 @@ class LoadgenRuntime:
         self.t0_unix_s = 0.0
         self.t_end_unix_s = None
         self.last_run_dir = Path(cfg.results_dir) / cfg.run_id
-        self._run_info_doc = self._run_info(cfg)
         self._preparing = True
         if self.role == "local":
+            self._run_info_doc = self._run_info(cfg)
             self.n_slots = 1
             self._prepare_driver(Plan(cfg, 1, 0, 0.0), worker_id="local")
             self._go(time.time() + START_LEAD_LOCAL_S)
@@ -390,6 +394,10 @@ class LoadgenRuntime:
             self._plan_sent_at[wid] = time.monotonic()
             self._plan_sent_wall[wid] = time.time()
             self.env.runner.send_message(MSG_PLAN, Plan(cfg, len(workers), slot, 0.0).to_wire(), client_id=wid)
+        # While the workers load their plans: the workload's fingerprint (a large trace's bytes
+        # hashed, off the loop) for run.json, written when the clock starts.
+        off_the_loop(workload.fingerprint)
+        self._run_info_doc = self._run_info(cfg)
         self._greenlets = [gevent.spawn(self._start_when_ready), gevent.spawn(self._watch_workers)]
 
     def _start_when_ready(self) -> None:
@@ -780,7 +788,7 @@ class LoadgenRuntime:
         answer = (msg.data or {}).get("mac")
         if nonce is None or not verify(self.join_secret, nonce, wid, answer):
             why = "no join secret" if answer is None else "a wrong join secret"
-            log.warning("worker %s from %s refused: it answered with %s", wid, hostname_of(wid), why)
+            log.warning("worker %s from %s refused: it answered with %s", wid, self._origin(wid), why)
             self._refused.add(wid)
             self.env.runner.send_message(MSG_DENIED, {}, client_id=wid)
             return
@@ -794,7 +802,19 @@ class LoadgenRuntime:
         # Shown by default (warning level) when other machines can reach the master's port.
         bind = str(getattr(self.env.parsed_options, "master_bind_host", "*") or "*")
         level = logging.INFO if is_loopback(bind) else logging.WARNING
-        log.log(level, "worker %s (host %s) %s", wid, hostname_of(wid), what)
+        log.log(level, "worker %s (%s) %s", wid, self._where(wid), what)
+
+    def _address(self, wid: str) -> str | None:
+        return self.peers.address(wid) if self.peers is not None else None
+
+    def _origin(self, wid: str) -> str:
+        """Where a client's messages come from: its connection's address, else the host it claims."""
+        return self._address(wid) or hostname_of(wid)
+
+    def _where(self, wid: str) -> str:
+        """``host H, address A``: the host the worker claims, and the address it really speaks from."""
+        address = self._address(wid)
+        return f"host {hostname_of(wid)}" + (f", address {address}" if address else "")
 
     def _join_during_run(self, client_id: str) -> None:
         """A worker joining during a run: measure its clock first (``_on_clock``), then place it."""
@@ -921,7 +941,7 @@ class LoadgenRuntime:
             # this one is added beside them, and the worker is out of the run for good.
             previous.update(lost_again_at_s=round(time.time() - self.t0_unix_s, 3), why_again=why)
             previous["in_flight_sessions_again"] = [] if left else sorted(state.get("sessions", []))
-            log.error("worker %s (host %s, slot %s) lost again (%s)", wid, hostname_of(wid), previous["slot"], why)
+            log.error("worker %s (%s, slot %s) lost again (%s)", wid, self._where(wid), previous["slot"], why)
             self._write_lost()
             self._after_loss(wid, why)
             return
@@ -939,9 +959,9 @@ class LoadgenRuntime:
             info["left_cleanly"] = True
         self.lost[wid] = info
         log.error(
-            "worker %s (host %s, slot %s) lost (%s); %d sessions were in flight",
+            "worker %s (%s, slot %s) lost (%s); %d sessions were in flight",
             wid,
-            hostname_of(wid),
+            self._where(wid),
             info["slot"],
             why,
             len(info["in_flight_sessions"]),
@@ -1017,7 +1037,11 @@ class LoadgenRuntime:
         """run.json ``workers[]``: who held a slot, from which host, whether it proved the secret."""
         auth = self.verified.get(wid, False)
         measured = self._ready.get(wid) or self._clock.get(wid, {})
-        return {"id": wid, "host": hostname_of(wid), "slot": slot, "authenticated": auth, **measured}
+        entry = {"id": wid, "host": hostname_of(wid), "slot": slot, "authenticated": auth, **measured}
+        address = self._address(wid)
+        if address:
+            entry["address"] = address  # where its messages came from; "host" is what it claims
+        return entry
 
     # ---------------------------------------------------------------- stop, verdict
     def _on_test_stopping(self, environment: Any, **_: Any) -> None:

@@ -112,3 +112,6 @@ def test_allow_unauthenticated_workers_off_loopback_says_so_on_start_and_in_run_
     [worker] = info["workers"]
     assert worker["authenticated"] is False
     assert "joined (no join secret required)" in out  # off loopback, every join is logged by default
+    # The address its messages came from (the connection's peer), beside the host it claims.
+    assert worker["address"] == "127.0.0.1"
+    assert f"worker {worker['id']} (host {worker['host']}, address 127.0.0.1) joined" in out, out[-3000:]
