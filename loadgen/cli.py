@@ -58,6 +58,7 @@ def run_options(f: Callable) -> Callable:
         click.option("--target", default=None, help="Base URL of the server (default: an embedded simulated engine)."),
         click.option("--target-file", default=None, help="YAML: url, adapter, model, cost_per_hour, labels, expect."),
         click.option("--adapter", default="openai-chat", show_default=True, help="API flavour (loadgen.targets entry points)."),
+        click.option("--adapter-options", default=None, help="The adapter's options, e.g. server_history=true (openai-responses); docs/targets.md."),
         click.option("--model", default=None, help="Model name to send."),
         click.option("--expect-model", default=None, help="Abort before load unless the server serves this model."),
         click.option("--api-key-env", default=None, help="Environment variable that holds the API key."),

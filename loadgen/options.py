@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.units import parse_duration_s, parse_rate_per_s
+from loadgen.adapter_options import parse_adapter_options
 from loadgen.config import ARRIVAL_CHOICES, RunConfig
 from loadgen.errors import UserError
 from loadgen.loss_timeouts import (
@@ -70,6 +71,7 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--duration", default="", help="Arrivals stop after this long, e.g. 90s (default 60s)")
     g.add_argument("--warmup", default="0s", help="Exclude requests intended before this from summaries")
     g.add_argument("--adapter", default="openai-chat", help="API flavour: openai-chat, openai-completions, llama-server, sglang")
+    g.add_argument("--adapter-options", default="", help="Adapter options, e.g. server_history=true (openai-responses)")
     g.add_argument("--model", default="", help="Model name sent in requests")
     g.add_argument("--api-key-env", default="", help="Environment variable holding the API key (never the key itself)")
     g.add_argument("--session-header", default="X-Session-ID", help="Header carrying the session id (router affinity)")
@@ -216,6 +218,7 @@ def config_from_options(options: Any) -> RunConfig:
         target_url=host,
         target_label=label,
         adapter=_opt(options, "adapter", "openai-chat"),
+        adapter_options=parse_adapter_options(_opt(options, "adapter_options", "") or ""),
         model=_opt(options, "model", "") or None,
         api_key_env=api_key_env,
         session_header=_opt(options, "session_header", "X-Session-ID"),

@@ -54,6 +54,7 @@ class RunOptions:
     warmup: str = "0s"
     target: str | None = None
     adapter: str = "openai-chat"
+    adapter_options: str | None = None  # key=value,... (loadgen/adapter_options.py)
     model: str | None = None
     api_key_env: str | None = None
     session_header: str | None = None
@@ -196,12 +197,9 @@ def validate(opts: RunOptions) -> None:
         arrival = opts.arrival
         if arrival == "trace" or (arrival == "auto" and (opts.trace or workload.has_arrival_times())):
             raise UserError("--rate and --trace-time-scale both rescale the trace; give one of them")
-    try:
-        from targets.registry import get_adapter
+    from loadgen.adapter_options import checked_adapter, parse_adapter_options
 
-        get_adapter(opts.adapter)
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    checked_adapter(opts.adapter, parse_adapter_options(opts.adapter_options or ""))
     if opts.quality_gate is not None or opts.quality_eval:
         from loadgen.quality import validate_gate
 
@@ -233,6 +231,7 @@ def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> lis
         "--rate": None if opts.rate is None else str(opts.rate),
         "--workload-format": opts.workload_format,
         "--workload-options": opts.workload_options,
+        "--adapter-options": opts.adapter_options,
         "--tokenizer": opts.tokenizer,
         "--trace": opts.trace,
         "--duration": opts.duration,
