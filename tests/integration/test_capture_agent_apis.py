@@ -19,7 +19,8 @@ Ground truth and margins:
   cores;
 * replay: per (session, turn) the sim's prompt tokens within 1% of the original's (the sim
   charged a continued response its whole history), output lengths exact, and the replay waits
-  exactly the captured think times (to the record's 1 us).
+  exactly the captured think times (to the record's 1 us). The Responses replay runs with
+  ``server_history`` itself, so it too sends only new items and the sim adds the history.
 """
 
 from __future__ import annotations
@@ -220,9 +221,12 @@ def _run_agent(api: str, port: int, rng: random.Random) -> tuple[list[AgentSessi
     strict=True,
 )
 @pytest.mark.parametrize(
-    ("api", "adapter"), [("messages", "anthropic-messages"), ("responses", "openai-responses")]
+    ("api", "adapter", "options"),
+    [("messages", "anthropic-messages", ""), ("responses", "openai-responses", "server_history=true")],
 )
-def test_agent_api_captures_replay_like_the_original(tmp_path: Path, capsys, api: str, adapter: str) -> None:
+def test_agent_api_captures_replay_like_the_original(
+    tmp_path: Path, capsys, api: str, adapter: str, options: str
+) -> None:
     out = tmp_path / "captured.jsonl"
     with sim(tmp_path, "--profile", "tiny", "--time-scale", "4", "--seed", "3") as (proc, truth_log):
         cap = CaptureProcess.start(["--upstream", proc.url, "--out", str(out)])
@@ -232,7 +236,8 @@ def test_agent_api_captures_replay_like_the_original(tmp_path: Path, capsys, api
             assert cap.stop() == 0, cap.stderr()
         results = tmp_path / "results"
         r = loadgen(
-            "run", "--target", proc.url, "--adapter", adapter, "--workload", str(out), "--num-sessions",
+            "run", "--target", proc.url, "--adapter", adapter, "--adapter-options", options,
+            "--workload", str(out), "--num-sessions",
             str(SESSIONS), "--results", str(results), "--max-schedule-lag", "5s",
         )  # fmt: skip
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
