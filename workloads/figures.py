@@ -26,7 +26,11 @@ REUSE_SHARES = (0.5, 0.9, 0.99)
 
 
 class ShapeFigures:
-    """Accumulates the per-session and per-request distributions (compact arrays, not lists)."""
+    """Accumulates the per-session and per-request distributions (compact arrays, not lists).
+
+    One-turn sessions of their own text (a trace's rows) go to arrays of their own, merged by
+    :meth:`finish`: at 10M rows, each append saved is a second.
+    """
 
     def __init__(self) -> None:
         self.turns_per = array("q")
@@ -40,19 +44,25 @@ class ShapeFigures:
         self.roles: dict[str, int] = {}
         self.tenants: dict[str, int] = {}
         self.kinds: dict[str, int] = {}
-        self.first_steps = 0  # one-turn sessions counted apart from kinds, which they would all be
+        self.one_in = array("q")  # one-turn sessions: prompt tokens
+        self.one_out = array("q")  # and max_tokens
+        self.one_by: dict[tuple[str, str], int] = {}  # and (tenant, role) counts
 
-    def add_one(self, tenant: str, tokens: int, max_tokens: int, role: str) -> None:
-        """A one-turn session of its own text and no system prompt."""
-        self.turns_per.append(1)
-        self.first_in.append(tokens)
-        self.outputs.append(max_tokens)
-        self.context.append(tokens)
-        self.prompts.append(tokens)
-        tenants, roles = self.tenants, self.roles
-        tenants[tenant] = tenants.get(tenant, 0) + 1
-        roles[role] = roles.get(role, 0) + 1
-        self.first_steps += 1
+    def finish(self) -> None:
+        """Merges the one-turn sessions into the distributions (call once, at the end)."""
+        n = len(self.one_in)
+        if not n:
+            return
+        self.turns_per = array("q", [1]) * n + self.turns_per
+        self.first_in = self.one_in + self.first_in
+        self.outputs = self.one_out + self.outputs
+        self.context = self.one_in + self.context
+        self.prompts = self.one_in + self.prompts
+        for (tenant, role), count in self.one_by.items():
+            self.tenants[tenant] = self.tenants.get(tenant, 0) + count
+            self.roles[role] = self.roles.get(role, 0) + count
+        self.kinds[STEP_FIRST] = self.kinds.get(STEP_FIRST, 0) + n
+        self.one_in, self.one_out, self.one_by = array("q"), array("q"), {}
 
     def add(self, s: SessionShape) -> None:
         turns = s.turns
@@ -100,20 +110,22 @@ def collect(
     reuse = SessionReuse(block)
     arrivals = array("d")
     timed = True
-    add_one, add_private = shapes.add_one, reuse.add_one
+    one_in, one_out, one_by, one_reuse = shapes.one_in.append, shapes.one_out.append, shapes.one_by, reuse.add_one
     for s, arrival in session_shapes(workload, seed, n, tokenizer, progress=progress):
         if arrival is None:
             timed = False
         else:
             arrivals.append(arrival)
-        if type(s) is tuple:
-            add_one(*s)
-            add_private(s[1], s[2], arrival)
+        if type(s) is tuple:  # (tenant, tokens, max_tokens, role): the fast lane of a trace's rows
+            one_in(s[1])
+            one_out(s[2])
+            key = (s[0], s[3])
+            one_by[key] = one_by.get(key, 0) + 1
+            one_reuse(s[1], s[2], arrival)
         else:
             shapes.add(s)
             reuse.add(s, arrival)
-    if shapes.first_steps:
-        shapes.kinds[STEP_FIRST] = shapes.kinds.get(STEP_FIRST, 0) + shapes.first_steps
+    shapes.finish()
     offsets = np.frombuffer(arrivals, dtype=np.float64).copy() if timed and len(arrivals) else None
     return shapes, reuse.curve(), offsets
 

@@ -89,7 +89,7 @@ def session_shapes(
     else:
         records = _held(workload, n)
     block_size = getattr(workload, "block_size", None) or 1
-    k = 0
+    k = -1
     for k, (rec, arrival) in enumerate(records):
         if progress is not None and not k & 4095 and k:
             progress(k)
@@ -97,27 +97,27 @@ def session_shapes(
             yield shape_of_session(workload.session(seed, k), tokenizer), arrival
             continue
         turns = rec["turns"]
-        if len(turns) == 1 and "tokens" in turns[0] and "hash_ids" not in turns[0] and not rec.get("system_prompt") \
-                and not rec.get("system_prompt_tokens") and not turns[0].get("cold"):  # fmt: skip
+        if len(turns) == 1 and "system_prompt" not in rec and "system_prompt_tokens" not in rec:
             t = turns[0]
-            yield (rec["tenant"], t["tokens"], t["max_tokens"], t.get("role", "user")), arrival
-        else:
-            yield _shape_of_record(k, rec, block_size, tokenizer), arrival
+            if "tokens" in t and "hash_ids" not in t and "cold" not in t:  # a trace's row
+                yield (rec["tenant"], t["tokens"], t["max_tokens"], t.get("role", "user")), arrival
+                continue
+        yield _shape_of_record(k, rec, block_size, tokenizer), arrival
     if progress is not None:
         progress(k + 1)
 
 
 def _streamed(rows: Iterator[Any], n: int | None) -> Iterator[tuple[dict[str, Any] | None, float | None]]:
     t0: float | None = None
-    for k, row in enumerate(rows):
-        if n is not None and k >= n:
+    for k, (_, time_s, record) in enumerate(rows):
+        if k == n:
             break
-        if row.time_s is None:
-            yield row.record, None
-            continue
-        if t0 is None:
-            t0 = row.time_s
-        yield row.record, row.time_s - t0
+        if time_s is None:
+            yield record, None
+        else:
+            if t0 is None:
+                t0 = time_s
+            yield record, time_s - t0
 
 
 def _held(workload: Workload, n: int | None) -> Iterator[tuple[dict[str, Any] | None, float | None]]:
