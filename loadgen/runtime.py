@@ -36,6 +36,15 @@ from loadgen.accounting import Accounting, Share
 from loadgen.config import Plan, RunConfig
 from loadgen.driver import Driver, global_schedule
 from loadgen.errors import UserError
+from loadgen.file_ship import (
+    MSG_FILE_CHUNK,
+    MSG_FILE_PULL,
+    FileFetch,
+    fetched_config,
+    needs_fetch,
+    read_chunk,
+    shipped_size,
+)
 from loadgen.health import SHIP_INTERVAL_S, GeneratorHealth
 from loadgen.health import summarize as summarize_health
 from loadgen.join_auth import (
@@ -169,6 +178,7 @@ class LoadgenRuntime:
         self.n_slots = 0
         self.accounting: Accounting | None = None
         self._count_greenlet: gevent.Greenlet | None = None  # a streamed trace counted during the run
+        self._fetch: FileFetch | None = None  # a worker pulling the master's streamed trace
         self._final_sent = False
         self._parent_pid = 0
         self.verdict: Verdict | None = None
@@ -243,6 +253,7 @@ class LoadgenRuntime:
             runner.register_message(MSG_AUTH, self._on_auth)
             runner.register_message(MSG_HELLO, self._on_hello)
             runner.register_message(MSG_CLOCK, self._on_clock)
+            runner.register_message(MSG_FILE_PULL, self._on_file_pull)
             if self._headless():
                 self._await_workers()  # after the listeners: proving the join secret takes messages
         if self.role == "worker":
@@ -255,6 +266,7 @@ class LoadgenRuntime:
             runner.register_message(MSG_CHALLENGE, self._on_challenge)
             runner.register_message(MSG_DENIED, self._on_denied)
             runner.register_message(MSG_CLOCK, self._on_clock_ping)
+            runner.register_message(MSG_FILE_CHUNK, self._on_file_chunk)
             # The master's challenge on connect may have come before these listeners: ask again.
             runner.send_message(MSG_HELLO, {})
             ev.quitting.add_listener(self._on_worker_quitting)
@@ -366,6 +378,8 @@ class LoadgenRuntime:
         if schedule is not None:
             check_session_count(cfg.num_sessions, schedule.available, "the trace" if cfg.arrival == "trace" else "the workload")
         self.accounting = Accounting.plan(cfg, schedule, workload)
+        if self.role == "master":
+            cfg.workload_pull_bytes = shipped_size(cfg)  # a worker without the file pulls it
         self._count_greenlet = count_in_background(schedule, self.accounting, self._stop_on_bad_trace)
         self.t0_unix_s = 0.0
         self.t_end_unix_s = None
@@ -708,6 +722,17 @@ class LoadgenRuntime:
         self.finals.add(msg.node_id)
         if self._expected_finals() <= self.finals:
             self._all_final.set()
+
+    def _on_file_pull(self, environment: Any, msg: Any, **_: Any) -> None:
+        """A worker without the run's streamed trace pulls a chunk of it (``loadgen.file_ship``)."""
+        data = msg.data or {}
+        cfg = self.config
+        if self._ignored(msg.node_id) or cfg is None or not cfg.workload_pull_bytes or data.get("run_id") != cfg.run_id:
+            return
+        chunk = read_chunk(cfg.workload, int(data.get("offset") or 0))
+        self.env.runner.send_message(
+            MSG_FILE_CHUNK, {"run_id": cfg.run_id, "offset": data.get("offset"), "data": chunk}, client_id=msg.node_id
+        )
 
     def _on_ready(self, environment: Any, msg: Any, **_: Any) -> None:
         """A worker holds its plan: note its set-up figures and the message round trip."""
@@ -1257,8 +1282,38 @@ class LoadgenRuntime:
         if self.driver is not None and not self.driver.done.is_set():
             self.driver.drain(0)
         self.driver = None
+        if needs_fetch(plan.config, plan.config.workload_pull_bytes):
+            # Not inline: the chunks come as messages this handler would hold up.
+            gevent.spawn(self._fetch_then_prepare, plan, msg.data, t_got, t1w)
+            return
+        self._prepare_and_report(plan, msg.data, t_got, t1w)
+
+    def _fetch_then_prepare(self, plan: Plan, data: dict[str, Any], t_got: float, t1w: float) -> None:
+        """Pull the master's trace into a temporary file (``loadgen.file_ship``), then prepare."""
+        cfg = plan.config
+        self._fetch = FileFetch(self.env.runner.send_message, cfg.run_id, cfg.workload, int(cfg.workload_pull_bytes or 0))
         try:
-            self._prepare_driver(plan, worker_id=self.env.runner.client_id, skip_before_s=msg.data.get("skip_before_s"))
+            path = self._fetch.run()
+        except UserError as e:
+            log.error("worker cannot run the plan: %s", e.message)
+            self.env.runner.send_message(MSG_READY, {"run_id": cfg.run_id, "error": str(e.message)})
+            return
+        finally:
+            fetch, self._fetch = self._fetch, None
+        log.warning(
+            "%s is not on this host: pulled it from the master (%.1f MiB in %.1f s)",
+            cfg.workload, fetch.size / 2**20, fetch.seconds,
+        )  # fmt: skip
+        plan.config = fetched_config(cfg, path)
+        self._prepare_and_report(plan, data, t_got, t1w)
+
+    def _on_file_chunk(self, environment: Any, msg: Any, **_: Any) -> None:
+        if self._fetch is not None:
+            self._fetch.on_chunk(msg.data or {})
+
+    def _prepare_and_report(self, plan: Plan, data: dict[str, Any], t_got: float, t1w: float) -> None:
+        try:
+            self._prepare_driver(plan, worker_id=self.env.runner.client_id, skip_before_s=data.get("skip_before_s"))
         except Exception as e:
             log.error("worker cannot run the plan: %s", e)
             message = str(getattr(e, "message", None) or e)
@@ -1266,7 +1321,7 @@ class LoadgenRuntime:
             return
         assert self.driver is not None
         if plan.t0_unix_s:  # a takeover mid-run: the master measured this worker's clock when it joined
-            self._start_driver(plan.t0_unix_s + float(msg.data.get("clock_offset_s") or 0.0))
+            self._start_driver(plan.t0_unix_s + float(data.get("clock_offset_s") or 0.0))
             return
         ready = {"run_id": plan.config.run_id, **self.driver.ready_info()}
         ready["prepare_s"] = round(time.monotonic() - t_got, 4)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
+import socket
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.runs import LOADGEN, records, run_dir, sim, truth
+from workloads.loader import is_streamed_file
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("trace_scale", REPO / "bench" / "trace_scale.py")
@@ -79,3 +82,35 @@ def test_a_million_row_trace_starts_at_once_and_no_process_holds_it(tmp_path):
     assert all(abs(g - got[0] - w) <= 2e-6 for g, w in zip(got, want, strict=True))
     served = truth(truth_log)
     assert {r.request_id for r in recs} <= set(served) and len({r.worker for r in recs}) == 2
+
+
+def test_a_worker_without_the_trace_pulls_it_from_the_master_in_chunks(tmp_path):
+    """The workload is a path relative to the master's directory, which the worker's lacks: the
+    worker pulls the file (loadgen.file_ship) and replays the same sessions."""
+    master_dir, worker_dir = tmp_path / "m", tmp_path / "w"
+    master_dir.mkdir()
+    worker_dir.mkdir()
+    trace = master_dir / "azure.csv"
+    trace_scale.write_azure_trace(trace, 270_000)  # just over the 8 MiB a trace is streamed from
+    assert is_streamed_file(trace)
+    results = tmp_path / "results"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with sim(tmp_path, "--profile", "h200-llama3-8b-fp8", "--time-scale", "0") as (proc, _), socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+        s.close()
+        master = subprocess.Popen(
+            [*LOADGEN, "master", "--headless", "--expect-workers", "1", "--master-port", port, "--target", proc.url,
+             "--workload", "azure.csv", "--num-sessions", "20", "--trace-time-scale", str(SCALE),
+             "--max-schedule-lag", "1s", "--results", str(results)],
+            cwd=master_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        worker = subprocess.run(
+            [*LOADGEN, "worker", "--master-host", "127.0.0.1", "--master-port", port],
+            cwd=worker_dir, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        out, _ = master.communicate(timeout=60)
+    assert master.returncode == 0, out[-3000:] + worker.stderr[-3000:]
+    assert "azure.csv is not on this host: pulled it from the master (8.6 MiB" in worker.stderr, worker.stderr[-3000:]
+    recs = sorted(records(run_dir(results)), key=lambda r: r.session_index)
+    assert [r.session_id for r in recs] == [f"azure-L{k + 2}" for k in range(20)] and all(r.ok for r in recs)
