@@ -92,11 +92,11 @@ def test_vllm_metrics_match_the_truth(tmp_path) -> None:
         h = m.histogram(name, model_name="sim-tiny")
         assert families[name].type == "histogram"
         assert h.count == len(values) and h.sum == pytest.approx(sum(values), rel=1e-9), name
-    # A preempted request's stall is in its inter-token gaps: the largest gap belongs to one.
-    worst = max(
-        recs, key=lambda r: max(b - a for a, b in zip(r["t_chunks_ns"], r["t_chunks_ns"][1:], strict=False))
-    )
-    assert worst["preemptions"] > 0
+    # A preempted request's stall (waiting for blocks, then recomputing prompt and reply) is in its
+    # inter-token gaps: its longest gap is several of its usual ones.
+    for r in (r for r in recs if r["preemptions"]):
+        gaps = sorted(b - a for a, b in zip(r["t_chunks_ns"], r["t_chunks_ns"][1:], strict=False))
+        assert gaps[-1] >= 3 * gaps[len(gaps) // 2], r["request_id"]
     picks = summarize(m)
     assert picks["engine"] == "sim" and picks["preemptions"] == v("vllm:num_preemptions_total")
     assert picks["mean_ttft_s"] == pytest.approx(sum(ttft_s) / N, rel=1e-9)
