@@ -72,7 +72,7 @@ _VLLM_SCALARS = (
     ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", "sim:num_requests_running"),
     ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", "sim:num_requests_waiting"),
     ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", "sim:kv_cache_usage_perc"),
-    ("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage (the name before vLLM 0.10).", "sim:kv_cache_usage_perc"),
+    ("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage (the older name of kv_cache_usage_perc).", "sim:kv_cache_usage_perc"),
     ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", "sim:prompt_tokens_total"),
     ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", "sim:generation_tokens_total"),
     ("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", "sim:num_preemptions_total"),
@@ -82,7 +82,7 @@ _VLLM_SCALARS = (
 _VLLM_HISTOGRAMS = (
     ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
     ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
-    ("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (the name before vLLM 0.11).", "itl"),
+    ("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (the older name of inter_token_latency_seconds).", "itl"),
     ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
     ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", "queue"),
 )  # fmt: skip
