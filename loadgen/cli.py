@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -293,10 +294,22 @@ def quality(target: str, model: str | None, eval_file: str | None, adapter: str,
 @click.option("--redact", is_flag=True, help="Replace all text with filler of the same length and token count.")
 @click.option("--idle-timeout", type=DURATION, default="300s", show_default=True, help="A session this idle is closed and written.")
 @click.option("--tenant", default="default", show_default=True, help="Tenant written on every session.")
-def capture(listen: str, upstream: str, out: str, session_header: str, redact: bool, idle_timeout: str, tenant: str) -> None:
+@click.option("--anonymize", is_flag=True, help="Write no text: each turn's tokens as prefix-chained block hashes (salted per file).")
+@click.option("--block-size", type=click.IntRange(min=1), default=None, help="Tokens per block id with --anonymize [default: 512].")
+def capture(
+    listen: str, upstream: str, out: str, session_header: str, redact: bool, idle_timeout: str, tenant: str,
+    anonymize: bool, block_size: int | None,
+) -> None:  # fmt: skip
     """Forward OpenAI-compatible traffic to --upstream unchanged and record it as a replayable session file."""
     from loadgen.capture import CaptureOptions, run_capture
+    from loadgen.capture.anonymized import ANONYMIZE_BLOCK_SIZE_ENV, DEFAULT_BLOCK_SIZE
 
+    if block_size is not None and not anonymize:
+        raise UserError("--block-size only applies with --anonymize; add --anonymize or drop --block-size")
+    if anonymize and redact:
+        raise UserError("--anonymize writes no text at all, so --redact adds nothing; give one of them")
+    if anonymize:  # the assembler process that renders the file inherits it
+        os.environ[ANONYMIZE_BLOCK_SIZE_ENV] = str(block_size or DEFAULT_BLOCK_SIZE)
     opts = CaptureOptions(
         listen=listen, upstream=upstream, out=out, session_header=session_header, redact=redact,
         idle_timeout_s=parse_duration_s(idle_timeout), tenant=tenant,

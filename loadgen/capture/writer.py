@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from loadgen.capture.anonymized import Anonymizer, block_size_from_env
 from loadgen.capture.assembly import CapturedTurn, Conversation
 
 Redactor = Callable[[str], str]
@@ -48,14 +49,29 @@ class SessionRenderer:
     rewrite of an open session costs only its new turns (and their redaction).
     """
 
-    def __init__(self, *, tenant: str, origin_s: float = 0.0, redactor: Redactor | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        tenant: str,
+        origin_s: float = 0.0,
+        redactor: Redactor | None = None,
+        anonymize_block_size: int | None = None,
+    ) -> None:
         self.tenant = tenant
         self.origin_s = origin_s  # arrival_s counts from here (the capture's start)
         self._hide = redactor or (lambda text: text)
+        # --anonymize (anonymized.py): no text at all; the command passes it in the environment
+        block_size = anonymize_block_size or block_size_from_env()
+        self._anonymizer = Anonymizer(block_size) if block_size else None
         self._cache: dict[int, tuple[bytes, list[bytes]]] = {}
         self._lines: dict[int, bytes] = {}  # the latest line of every session not forgotten
 
     def line(self, s: SessionSnapshot) -> bytes:
+        if self._anonymizer is not None:  # block ids chain over the whole session: no cached parts
+            arrival = round(max(0.0, s.arrival_s - self.origin_s), 6)
+            line = self._anonymizer.line(s.seq, self.tenant, arrival, s.system_prompt, s.turns)
+            self._lines[s.seq] = line
+            return line
         head, frags = self._cache.get(s.seq) or (self._head(s), [])
         for i in range(len(frags), len(s.turns)):
             frags.append(self._turn(s.turns[i], first=i == 0))

@@ -385,3 +385,29 @@ def test_a_responses_sub_agent_chains_its_own_responses_and_the_chained_join_fol
         (".", 5, 0.5, None, "join"),
     ]
     assert asm.stats.subagent_requests_folded == 1
+
+
+# --- --anonymize ----------------------------------------------------------------------------------
+
+
+def test_anonymized_lines_hold_no_text_and_shared_prefixes_share_block_ids(tmp_path) -> None:
+    asm = SessionAssembler(idle_timeout_s=60)
+    shared = [{"role": "user", "content": "the shared opening request of both sessions " * 4}]
+    for key, extra in (("a", "alpha zebra"), ("b", "beta yak")):
+        h = [*shared]
+        _turn(asm, MESSAGES, _messages_body(h), key=key, t=0, end=1, out=5)
+        h += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"{extra} " * 30}]
+        _turn(asm, MESSAGES, _messages_body(h), key=key, t=2, end=3, out=6)
+    renderer = SessionRenderer(tenant="t", anonymize_block_size=8)
+    path = tmp_path / "anon.jsonl"
+    path.write_bytes(b"".join(renderer.line(SessionSnapshot.of(c)) for c in _closed(asm)))
+    text = path.read_text()
+    for word in ("shared", "opening", "zebra", "yak", "coding", "agent"):  # the prompts' and system's words
+        assert word not in text
+    a, b = (orjson.loads(line) for line in text.splitlines())
+    assert a["id"] != b["id"] and a["id"].startswith("anon-")
+    assert a["turns"][0]["hash_ids"] == b["turns"][0]["hash_ids"]  # the same system prompt and first message
+    assert a["turns"][1]["hash_ids"][0] != b["turns"][1]["hash_ids"][0]  # they differ from then on
+    assert [t["max_tokens"] for t in a["turns"]] == [5, 6] and a["turns"][1]["think_time"] == 1.0
+    sessions = list(load_workload(str(path)).sessions(0, 2))
+    assert [len(s.turns) for s in sessions] == [2, 2]
