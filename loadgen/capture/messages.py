@@ -32,12 +32,13 @@ class Message:
 
 
 def make_message(
-    role: str, text: str, *, call_id: str | None = None, calls: dict[str, str] | None = None, name: Any = None
+    role: str, text: str, *, call_id: Any = None, calls: dict[str, str] | None = None, name: Any = None
 ) -> Message:
-    """A message and its digest (role, text, the call it answers, the sender ``name``)."""
+    """A message and its digest (role, text, the call it answers, the sender ``name``); a call id
+    that is not a string still tells messages apart but names no call."""
     identity = [role, text, call_id, name]
     digest = hashlib.blake2b(orjson.dumps(identity, default=str), digest_size=16).digest()
-    return Message(role, text, digest, call_id, calls)
+    return Message(role, text, digest, call_id if isinstance(call_id, str) else None, calls)
 
 
 def parse_messages(raw: Any) -> list[Message] | None:

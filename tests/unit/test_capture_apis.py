@@ -411,3 +411,46 @@ def test_anonymized_lines_hold_no_text_and_shared_prefixes_share_block_ids(tmp_p
     assert [t["max_tokens"] for t in a["turns"]] == [5, 6] and a["turns"][1]["think_time"] == 1.0
     sessions = list(load_workload(str(path)).sessions(0, 2))
     assert [len(s.turns) for s in sessions] == [2, 2]
+
+
+# --- hostile bodies -------------------------------------------------------------------------------
+
+
+def _junk(rng, depth: int = 0):
+    pick = rng.randrange(9 if depth < 3 else 5)
+    if pick == 0:
+        return None
+    if pick == 1:
+        return rng.choice([True, False, 0, -1, 2**70, 1.5])
+    if pick in (2, 3, 4):
+        return rng.choice(["", "user", "assistant", "tool", "system", "text", "tool_use", "tool_result",
+                           "message", "function_call", "function_call_output", "call_1", "x" * 50])  # fmt: skip
+    if pick in (5, 6):
+        return [_junk(rng, depth + 1) for _ in range(rng.randrange(4))]
+    keys = ["role", "content", "type", "text", "id", "name", "input", "tool_use_id", "call_id", "output",
+            "arguments", "tool_calls", "tool_call_id", "function"]  # fmt: skip
+    return {rng.choice(keys): _junk(rng, depth + 1) for _ in range(rng.randrange(5))}
+
+
+def test_any_body_shape_is_recorded_or_counted_never_an_exception() -> None:
+    import random
+
+    rng = random.Random(7)
+    asm = SessionAssembler(idle_timeout_s=60)
+    for i in range(3000):
+        endpoint = (CHAT, MESSAGES, RESPONSES)[i % 3]
+        body = {"messages" if endpoint != RESPONSES else "input": _junk(rng), "system": _junk(rng),
+                "instructions": _junk(rng), "tools": _junk(rng)}  # fmt: skip
+        if rng.random() < 0.3:
+            body["previous_response_id"] = rng.choice(["r1", "r2", None, 5])
+        pending = asm.begin(endpoint, body, rng.choice([None, "k"]), float(i))
+        if pending is not None:
+            asm.complete(
+                pending,
+                output_tokens=3,
+                reply_text="",
+                now_s=i + 0.5,
+                response_id=rng.choice(["r1", "r2", None]),
+            )
+    assert asm.stats.requests == 3000 and 0 < asm.stats.not_recorded < 3000
+    assert asm.take_closed(1e9, everything=True) is not None
