@@ -149,7 +149,7 @@ def anonymized_record(s: AnonymizedSession) -> dict[str, Any]:
             out = {"content": ""}  # an empty message: nothing to hash, nothing to leak
         out["max_tokens"] = t.max_tokens
         if i:
-            out["think_time"] = t.think_time_s
+            out["think_time"] = round(t.think_time_s, 6)  # a trace's clock differences carry float noise
         out["role"] = t.role
         if t.cold:
             out["cold"] = True
