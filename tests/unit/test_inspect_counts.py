@@ -99,3 +99,33 @@ def test_inspect_prints_the_reuse_and_the_kv_that_realises_it():
     assert "KV to realise it    an LRU cache of" in r.output
     r = CliRunner().invoke(main, ["workload", "inspect", str(FIX / "azure.csv")])
     assert r.exit_code == 0 and "nothing to reuse" in r.output
+
+
+def test_a_trace_read_as_a_stream_is_read_once_and_only_as_far_as_n(tmp_path):
+    from workloads.readers import get_reader
+    from workloads.streamed import StreamedTraceWorkload
+
+    azure = tmp_path / "azure.csv"
+    rows = [f"{i * 0.5:.1f},{100 + i},{1 + i % 7}" for i in range(300)]
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    tok = CountingTokenizer()
+    wl = StreamedTraceWorkload(get_reader("azure"), azure, {}, tokenizer=tok)
+    first = inspect_workload(wl, n=40, tokenizer=tok)
+    assert first["sessions"] == 40 and first["sessions_in_source"] is None and first["streamed"]
+    assert first["first_turn_tokens"]["max"] == 139 and first["arrivals"]["span_s"] == 19.5
+    whole = inspect_workload(wl, tokenizer=tok)
+    assert whole["sessions"] == whole["sessions_in_source"] == 300
+    assert whole["first_turn_tokens"]["total"] == sum(100 + i for i in range(300))
+    assert tok.built == tok.counted == 0
+
+
+def test_the_progress_line_reports_sessions_read_to_a_log(tmp_path):
+    import io
+
+    from workloads.progress import ReadProgress
+
+    log = io.StringIO()
+    progress = ReadProgress(log, "inspect big.csv", every_s=0.0)
+    inspect_workload(load_workload(MOONCAKE), progress=progress)
+    lines = log.getvalue().splitlines()
+    assert lines and lines[-1].startswith("inspect big.csv: 240 sessions read, ")
