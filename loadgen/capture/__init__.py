@@ -4,9 +4,11 @@ Two processes. The relay only moves bytes: ``proxy`` (the aiohttp server, on uvl
 ``upstream`` (its kept-alive connections to the server, relaying a reply piece by piece), ``feed``
 (each recorded exchange as events, sent in batches over a pipe), ``service`` (flags, serving,
 starting the other process). The assembler process (``assembler_process``) parses and records:
-``recorder`` (events into turns), ``messages`` (what a chat request says), ``assembly`` (requests
-into sessions, pure), ``reply`` (a reply's output length), ``redact`` (same-shape filler),
-``writer`` (the crash-safe session file). docs/workloads.md "Capturing live traffic" is the
+``recorder`` (events into turns), ``apis`` (which requests are recorded, and the Messages and
+Responses bodies as chat-shaped messages), ``messages`` (what a chat request says), ``assembly``
+(requests into sessions, pure), ``subagents`` (sub-agents as fan-out), ``reply`` (a reply's
+output length and, for Responses, its id), ``redact`` (same-shape filler), ``anonymized`` (block
+hashes instead of text), ``writer`` (the crash-safe session file). docs/workloads.md "Capturing live traffic" is the
 user's guide."""
 
 from loadgen.capture.assembly import CaptureStats, SessionAssembler
