@@ -74,7 +74,9 @@ def run_partitions(
         a = _start(_worker(proxy_port, master_loss_timeout_s), tmp_path / "a.log")
         procs.append(a)
         a_pid = _locust_child(a).pid
-        procs.append(_start(_worker(port, master_loss_timeout_s), tmp_path / "b.log"))
+        # B is never cut off; its timeout is too short for the master's, which it must say at the start.
+        b_timeout_s = worker_loss_timeout_s + 2.0
+        procs.append(_start(_worker(port, b_timeout_s), tmp_path / "b.log"))
         info = _wait_for(lambda: (i := _run_json(run_dir)).get("workers") and i, 60, "the run to start")
         t0 = info["t0_unix_s"]
         cuts: list[tuple[float, float]] = []  # (cut, heal) in s since the run's start
@@ -91,6 +93,7 @@ def run_partitions(
         master_log = (tmp_path / "m.log").read_text()
         assert code == 5, master_log[-3000:]
         a_log = (tmp_path / "a.log").read_text()
+        b_log = (tmp_path / "b.log").read_text()
         time.sleep(0.3)
     info = _run_json(run_dir)
     recs = records(run_dir)
@@ -107,6 +110,11 @@ def run_partitions(
     [b_id] = lost["replanned_onto"]
     assert lost["told_to_stop"] is True and lost["late_records_rejected"] > 0
     assert "master lost" not in a_log  # A waited for its master longer than the master for A
+    assert "warning: this worker's --master-loss-timeout" not in a_log
+    assert (
+        f"warning: this worker's --master-loss-timeout {b_timeout_s:g}s must be at least 3s longer than "
+        f"--worker-loss-timeout {worker_loss_timeout_s:g}s"
+    ) in b_log, b_log[-2000:]
 
     # Nothing twice, nothing invented; B's slot lost nothing the sim served.
     assert [k for k, c in Counter((r.session_index, r.turn_index) for r in recs).items() if c > 1] == []
