@@ -234,6 +234,8 @@ def test_agent_api_captures_replay_like_the_original(
             agents, max_tokens = _run_agent(api, cap.port, random.Random(5))
         finally:
             assert cap.stop() == 0, cap.stderr()
+        wl = load_workload(str(out))
+        assert wl.num_sessions == SESSIONS, out.read_text()[:2000]  # before the replay: a quick failure
         results = tmp_path / "results"
         r = loadgen(
             "run", "--target", proc.url, "--adapter", adapter, "--adapter-options", options,
@@ -242,9 +244,8 @@ def test_agent_api_captures_replay_like_the_original(
         )  # fmt: skip
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     original = truth(truth_log)
-    wl = load_workload(str(out))
     captured = {s.turns[0].content: s for s in wl.sessions(0, wl.num_sessions)}
-    assert wl.num_sessions == SESSIONS and set(captured) == {a.first for a in agents}
+    assert set(captured) == {a.first for a in agents}
     replay: dict[str, list] = {}
     for rec in sorted(records(run_dir(results)), key=lambda r: (r.session_id, r.turn_index)):
         assert rec.ok, rec.error_message
