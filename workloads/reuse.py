@@ -36,19 +36,28 @@ import numpy as np
 
 
 class _Fenwick:
-    """Prefix sums over positions 1..n of non-negative weights, growing by doubling."""
+    """Prefix sums over positions 1..n of non-negative weights; n doubles as positions are added.
 
-    __slots__ = ("_tree", "_weights")
+    An int64 array (8 bytes a position: a trace touches tens of millions). With n a power of two,
+    growing to 2n costs O(1): of the new nodes only node 2n covers old positions, and it holds
+    their total.
+    """
+
+    __slots__ = ("_tree",)
 
     def __init__(self, size: int = 1024) -> None:
-        self._tree = [0] * (size + 1)
-        self._weights = [0] * (size + 1)
+        if size < 1 or size & (size - 1):
+            raise ValueError("size must be a power of two")
+        self._tree = array("q", bytes(8 * (size + 1)))
 
     def add(self, pos: int, delta: int) -> None:
-        if pos >= len(self._tree):
-            self._grow(pos)
-        self._weights[pos] += delta
-        tree, n = self._tree, len(self._tree)
+        tree = self._tree
+        while pos >= len(tree):
+            size = len(tree) - 1
+            total = self.prefix(size)
+            tree.extend(array("q", bytes(8 * size)))
+            tree[2 * size] = total
+        n = len(tree)
         while pos < n:
             tree[pos] += delta
             pos += pos & -pos
@@ -62,18 +71,6 @@ class _Fenwick:
             total += tree[pos]
             pos -= pos & -pos
         return total
-
-    def _grow(self, pos: int) -> None:
-        size = len(self._tree) - 1
-        while size < pos:
-            size *= 2
-        weights = self._weights + [0] * (size + 1 - len(self._weights))
-        tree = weights[:]
-        for i in range(1, size + 1):  # O(n) build from the weights
-            j = i + (i & -i)
-            if j <= size:
-                tree[j] += tree[i]
-        self._tree, self._weights = tree, weights
 
 
 @dataclass(frozen=True, slots=True)
