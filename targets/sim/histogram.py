@@ -21,6 +21,18 @@ REQUEST_BUCKETS_S = (
 )  # fmt: skip
 
 
+def one_two_five_buckets(largest: float) -> tuple[float, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to ``largest`` (vLLM's token-count buckets up to max_model_len)."""
+    out: list[float] = []
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > largest:
+                return tuple(out)
+            out.append(float(m * scale))
+        scale *= 10
+
+
 class Histogram:
     """Counts per bucket (non-cumulative inside; cumulative on the page), the sum and the count."""
 

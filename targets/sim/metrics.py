@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from targets.sim.histogram import ITL_BUCKETS_S, REQUEST_BUCKETS_S, TTFT_BUCKETS_S, Histogram
+from targets.sim.histogram import (
+    ITL_BUCKETS_S,
+    REQUEST_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    Histogram,
+    one_two_five_buckets,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,16 +40,41 @@ class ServerCounters:
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS_S))
     e2e: Histogram = field(default_factory=lambda: Histogram(REQUEST_BUCKETS_S))
     queue: Histogram = field(default_factory=lambda: Histogram(REQUEST_BUCKETS_S))
+    prefill: Histogram = field(default_factory=lambda: Histogram(REQUEST_BUCKETS_S))
+    decode: Histogram = field(default_factory=lambda: Histogram(REQUEST_BUCKETS_S))
+    inference: Histogram = field(default_factory=lambda: Histogram(REQUEST_BUCKETS_S))
+    # Tokens per request (bounds 1, 2, 5, ... up to max_model_len: ``size_buckets``)
+    prompt_tokens: Histogram | None = None
+    generation_tokens: Histogram | None = None
+
+    def size_buckets(self, max_model_len: int) -> None:
+        """Set up the per-request token histograms for a model of ``max_model_len`` tokens."""
+        bounds = one_two_five_buckets(max_model_len)
+        self.prompt_tokens, self.generation_tokens = Histogram(bounds), Histogram(bounds)
 
     def observe_finished(
-        self, finish_reason: str, ttft_s: float, e2e_s: float, queue_s: float, token_times_ns: Sequence[int]
+        self,
+        finish_reason: str,
+        ttft_s: float,
+        e2e_s: float,
+        engine_s: tuple[float, float, float],
+        tokens: tuple[int, int],
+        token_times_ns: Sequence[int],
     ) -> None:
-        """A request that got every token: its reason, TTFT, end-to-end and queue time, and one
-        inter-token gap per token after the first (tokens written together: a gap of 0)."""
+        """A request that got every token: its reason, TTFT and end-to-end time, the engine's
+        (queue, prefill, decode) seconds, its (prompt, generated) tokens, and one inter-token gap
+        per token after the first (tokens written together: a gap of 0)."""
         self.finished[finish_reason] = self.finished.get(finish_reason, 0) + 1
         self.ttft.observe(ttft_s)
         self.e2e.observe(e2e_s)
+        queue_s, prefill_s, decode_s = engine_s
         self.queue.observe(queue_s)
+        self.prefill.observe(prefill_s)
+        self.decode.observe(decode_s)
+        self.inference.observe(prefill_s + decode_s)
+        if self.prompt_tokens is not None and self.generation_tokens is not None:
+            self.prompt_tokens.observe(tokens[0])
+            self.generation_tokens.observe(tokens[1])
         if len(token_times_ns) > 1:
             self.itl.observe_all((b - a) / 1e9 for a, b in pairwise(token_times_ns))
 
@@ -85,6 +116,11 @@ _VLLM_HISTOGRAMS = (
     ("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (the older name of inter_token_latency_seconds).", "itl"),
     ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
     ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", "queue"),
+    ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", "prefill"),
+    ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", "decode"),
+    ("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", "inference"),
+    ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
+    ("vllm:request_generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
 )  # fmt: skip
 
 
@@ -107,8 +143,11 @@ def render(values: dict[str, float], model_name: str, counters: ServerCounters |
         for reason, n in counters.finished.items():
             lines.append(f'{name}{{{label},finished_reason="{reason}"}} {n}')
         for name, help_text, attr in _VLLM_HISTOGRAMS:
+            hist = getattr(counters, attr)
+            if hist is None:
+                continue
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
-            lines += getattr(counters, attr).lines(name, label)
+            lines += hist.lines(name, label)
     return "\n".join(lines) + "\n"
 
 

@@ -120,6 +120,7 @@ class SimServer:
         self.engine = Engine(config.profile, seed=config.seed)
         self.truth = TruthStore(keep=config.truth_keep, log_path=config.truth_log)
         self.counters = ServerCounters()
+        self.counters.size_buckets(config.profile.max_model_len)
         self.kept_responses = KeptResponses()  # for previous_response_id (/v1/responses)
         self.faults = F.FaultPicker(config.faults, config.seed)
         self.created = int(time.time())
@@ -500,7 +501,10 @@ class SimServer:
         else:
             ttft_s = ((seq.first_token_s or 0.0) - seq.arrival_s) * self.time_scale
         e2e_s = ((rec.t_end_ns or rec.t_received_ns) - rec.t_received_ns) / 1e9
-        c.observe_finished(rec.finish_reason or LENGTH, ttft_s, e2e_s, (seq.queue_s or 0.0) * self.time_scale, rec.t_chunks_ns)
+        scale = self.time_scale
+        engine_s = ((rec.queue_s or 0.0) * scale, (rec.prefill_s or 0.0) * scale, (rec.decode_s or 0.0) * scale)
+        tokens = (rec.prompt_tokens, rec.completion_tokens)
+        c.observe_finished(rec.finish_reason or LENGTH, ttft_s, e2e_s, engine_s, tokens, rec.t_chunks_ns)
 
     def _finish_record(self, rec: TruthRecord, seq: SimSequence | None) -> None:
         if rec.fault is not None and rec.outcome == OUTCOME_OK:

@@ -88,15 +88,19 @@ def test_vllm_metrics_match_the_truth(tmp_path) -> None:
         ("vllm:time_to_first_token_seconds", ttft_s),
         ("vllm:inter_token_latency_seconds", gaps_s),
         ("vllm:e2e_request_latency_seconds", e2e_s),
+        # the engine's phases, virtual seconds at time-scale 1
+        ("vllm:request_queue_time_seconds", [r["queue_s"] for r in recs]),
+        ("vllm:request_prefill_time_seconds", [r["prefill_s"] for r in recs]),
+        ("vllm:request_decode_time_seconds", [r["decode_s"] for r in recs]),
+        ("vllm:request_inference_time_seconds", [r["prefill_s"] + r["decode_s"] for r in recs]),
+        ("vllm:request_prompt_tokens", [r["prompt_tokens"] for r in recs]),
+        ("vllm:request_generation_tokens", [r["completion_tokens"] for r in recs]),
     ):
         h = m.histogram(name, model_name="sim-tiny")
         assert families[name].type == "histogram"
         assert h.count == len(values) and h.sum == pytest.approx(sum(values), rel=1e-9), name
-    # A preempted request's stall (waiting for blocks, then recomputing prompt and reply) is in its
-    # inter-token gaps: its longest gap is several of its usual ones.
-    for r in (r for r in recs if r["preemptions"]):
-        gaps = sorted(b - a for a, b in zip(r["t_chunks_ns"], r["t_chunks_ns"][1:], strict=False))
-        assert gaps[-1] >= 3 * gaps[len(gaps) // 2], r["request_id"]
+    # (A preempted request's stall in its token times: tests/unit/test_sim_preemption.py, on the
+    # engine's own clock; here a stall can be as short as two steps, within a busy machine's noise.)
     picks = summarize(m)
     assert picks["engine"] == "sim" and picks["preemptions"] == v("vllm:num_preemptions_total")
     assert picks["mean_ttft_s"] == pytest.approx(sum(ttft_s) / N, rel=1e-9)
