@@ -768,7 +768,7 @@ class LoadgenRuntime:
         """The run's planned end: every worker still holding a slot ran all its sessions.
 
         Checked when a worker reports done and when one is lost: the others may have finished
-        before the loss was noticed (3 missed heartbeats), and nothing else would end the run.
+        before the loss was noticed (--worker-loss-timeout), and nothing else would end the run.
         """
         alive = self._expected_finals()
         if alive and alive <= self.done_workers and not self._stopping_requested:
