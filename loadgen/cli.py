@@ -308,13 +308,18 @@ def capture(
         raise UserError("--block-size only applies with --anonymize; add --anonymize or drop --block-size")
     if anonymize and redact:
         raise UserError("--anonymize writes no text at all, so --redact adds nothing; give one of them")
-    if anonymize:  # the assembler process that renders the file inherits it
-        os.environ[ANONYMIZE_BLOCK_SIZE_ENV] = str(block_size or DEFAULT_BLOCK_SIZE)
     opts = CaptureOptions(
         listen=listen, upstream=upstream, out=out, session_header=session_header, redact=redact,
         idle_timeout_s=parse_duration_s(idle_timeout), tenant=tenant,
     )  # fmt: skip
-    sys.exit(run_capture(opts))
+    if not anonymize:
+        sys.exit(run_capture(opts))
+    os.environ[ANONYMIZE_BLOCK_SIZE_ENV] = str(block_size or DEFAULT_BLOCK_SIZE)  # for the assembler process
+    try:
+        code = run_capture(opts)
+    finally:  # nothing else of this process (a test runner calling the command) is anonymised
+        os.environ.pop(ANONYMIZE_BLOCK_SIZE_ENV, None)
+    sys.exit(code)
 
 
 class _LazyGroup(click.Group):
