@@ -18,7 +18,7 @@ from loadgen.accounting import Accounting, Share
 from loadgen.config import RunConfig
 from loadgen.driver import global_schedule, share_indices
 from loadgen.errors import UserError
-from loadgen.plan_stream import StreamedSchedule, in_share
+from loadgen.plan_stream import StreamedSchedule, count_in_background, in_share
 from workloads import load_workload
 from workloads.compressed import read_text
 from workloads.errors import WorkloadError
@@ -160,3 +160,21 @@ def test_a_rate_over_a_trace_at_one_instant_is_a_usage_error(tmp_path):
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,5,5\n1.0,5,5\n")
     with pytest.raises(UserError, match="all its arrivals are at one instant"):
         global_schedule(cfg_for(path, trace_rate_per_s=2.0), streamed("azure", path))
+
+
+def test_a_whole_file_replay_is_counted_in_a_thread_and_a_bad_row_found_there_is_reported(tmp_path):
+    cfg, whole, sched = whole_and_streamed("azure", "azure.csv")
+    acc = Accounting.plan(cfg, sched, None)
+    assert acc.arrivals_planned is None  # planned once counted, during the run
+    errors: list[str] = []
+    count_in_background(sched, acc, errors.append).join(timeout=30)
+    assert (acc.arrivals_planned, acc.sessions_available, errors) == (whole.planned, 200, [])
+    # Nothing to count when the run is cut (counted before the start) or the schedule is an array.
+    assert count_in_background(whole_and_streamed("azure", "azure.csv", num_sessions=5)[2], acc, errors.append) is None
+    assert count_in_background(whole, acc, errors.append) is None
+
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,5,5\n3.0,5,5\n2.5,5,5\n")
+    bad = global_schedule(cfg_for(path), streamed("azure", path))
+    count_in_background(bad, Accounting.plan(cfg, bad, None), errors.append).join(timeout=30)
+    assert len(errors) == 1 and "t.csv line 4: timestamp is 0.5 s before line 3's" in errors[0]
