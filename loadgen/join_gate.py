@@ -7,7 +7,8 @@ join secret, a ``client_ready`` from a client that has not proved it is held bac
 gets Locust's ``ack`` (its connect waits for it, and only then does a worker listen for the
 challenge) and loadgen's challenge, and nothing else. Once it proves the secret, its held
 ``client_ready`` goes to Locust, which lists it and, mid-run, dispatches to it as to any worker.
-Until then Locust does not know it: no ``spawn``, no heartbeat answers, no ``stop``/``quit``.
+Until then Locust does not know it: no ``spawn``, no heartbeat answers, no ``stop``. When the
+master quits, the clients still held are told to quit too, as Locust tells its workers.
 
 Every message must also come from the connection of the client it names: a message whose
 ``node_id`` is not the ZeroMQ identity it arrived on is dropped (logged once per identity), so no
@@ -63,6 +64,12 @@ class JoinGate:
         # The worker's connect waits for this ack (as Locust sends it), and then listens for the challenge.
         self.runner.send_message("ack", client_id=client_id, data={"index": self.runner.get_worker_index(client_id)})
         self.runner.environment.events.worker_connect.fire(client_id=client_id)
+
+    def quit_held(self) -> None:
+        """The master is quitting: the clients it never admitted go too (a refused worker would
+        otherwise wait for a master that never answers it)."""
+        for client_id in list(self.held):
+            self.runner.send_message("quit", client_id=client_id)
 
     def admit(self, client_id: str) -> None:
         """``client_id`` proved the secret: Locust gets its ``client_ready`` now."""

@@ -242,6 +242,7 @@ class LoadgenRuntime:
             if self.join_secret is not None:
                 # Before any message is handled: Locust's spawn goes only to clients that proved it.
                 self.join_gate = install_join_gate(runner, self.accepted)
+                ev.quitting.add_listener(lambda **_: self.join_gate and self.join_gate.quit_held())
             self.peers = PeerAddresses(runner).install()
             install_prompt_quit(runner)
             gevent.signal_handler(STOP_SIGNAL, self._on_stop_request)

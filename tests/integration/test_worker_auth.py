@@ -46,6 +46,10 @@ def test_a_master_with_a_secret_takes_only_the_worker_that_proves_it(tmp_path) -
         time.sleep(3.0)
         procs.append(_start([*LOADGEN, *_worker_args(port), "--join-secret-file", str(secret_file)], logs["good"]))
         code = procs[0].wait(timeout=90)
+        # The refused workers are told to quit with the master (they would wait for it forever):
+        # a wait that times out fails the test.
+        for refused in procs[1:3]:
+            refused.wait(timeout=20)
         out = {name: log.read_text() for name, log in logs.items()}
         assert code == 0, out["master"][-3000:]
     info = _run_info(results / run_id)
@@ -68,11 +72,12 @@ def test_a_master_with_a_secret_takes_only_the_worker_that_proves_it(tmp_path) -
     assert "ROGUE: denied" in out["forger"]
     assert "ROGUE: got a plan" not in out["forger"] and "ROGUE: got go" not in out["forger"]
     # Nothing else reached the forger either: not Locust's spawn (the master's options, the target
-    # URL, the rate), not a heartbeat answer; only the challenge and the refusal. It was listening
-    # from before the challenge came, so the check sees every message it got.
+    # URL, the rate), not a heartbeat answer; only the challenge, the refusal and, as the master
+    # quit, Locust's quit. It was listening from before the challenge came, so the check sees
+    # every message it got.
     received = {line.split("ROGUE: received ", 1)[1].strip() for line in out["forger"].splitlines() if "ROGUE: received " in line}
     assert "loadgen_challenge" in received, out["forger"][-2000:]
-    assert received <= {"loadgen_challenge", "loadgen_denied"}, received
+    assert received <= {"loadgen_challenge", "loadgen_denied", "quit"}, received
     assert proc.url not in out["forger"]
     assert out["master"].count("refused: it answered with a wrong join secret") == 2, out["master"][-3000:]  # wrong, forger
     assert out["master"].count("refused: it answered with no join secret") == 1

@@ -63,6 +63,14 @@ def test_a_message_in_another_clients_name_is_dropped() -> None:
     assert runner.handled == [("good_1", "loadgen_final")]
 
 
+def test_held_clients_are_told_to_quit_when_the_master_does() -> None:
+    runner = _Runner()
+    gate = install_join_gate(runner, lambda _id: False)
+    runner.handle_message("h_4", _msg("client_ready", "h_4"))
+    gate.quit_held()
+    assert runner.sent[-1] == ("quit", "h_4", None)
+
+
 def test_a_held_client_that_quits_is_forgotten() -> None:
     runner = _Runner()
     gate = install_join_gate(runner, lambda _id: False)
