@@ -179,6 +179,7 @@ class LoadgenRuntime:
         self.accounting: Accounting | None = None
         self._count_greenlet: gevent.Greenlet | None = None  # a streamed trace counted during the run
         self._fetch: FileFetch | None = None  # a worker pulling the master's streamed trace
+        self._fingerprint_greenlet: gevent.Greenlet | None = None  # hashing a streamed trace
         self._final_sent = False
         self._parent_pid = 0
         self.verdict: Verdict | None = None
@@ -388,6 +389,7 @@ class LoadgenRuntime:
         self._preparing = True
         if self.role == "local":
             self._run_info_doc = self._run_info(cfg)
+            self._fingerprint_greenlet = gevent.spawn(self._fill_fingerprint, workload)
             self.n_slots = 1
             self._prepare_driver(Plan(cfg, 1, 0, 0.0), worker_id="local")
             self._go(time.time() + START_LEAD_LOCAL_S)
@@ -409,10 +411,8 @@ class LoadgenRuntime:
             self._plan_sent_at[wid] = time.monotonic()
             self._plan_sent_wall[wid] = time.time()
             self.env.runner.send_message(MSG_PLAN, Plan(cfg, len(workers), slot, 0.0).to_wire(), client_id=wid)
-        # While the workers load their plans: the workload's fingerprint (a large trace's bytes
-        # hashed, off the loop) for run.json, written when the clock starts.
-        off_the_loop(workload.fingerprint)
         self._run_info_doc = self._run_info(cfg)
+        self._fingerprint_greenlet = gevent.spawn(self._fill_fingerprint, workload)
         self._greenlets = [gevent.spawn(self._start_when_ready), gevent.spawn(self._watch_workers)]
 
     def _start_when_ready(self) -> None:
@@ -1175,12 +1175,24 @@ class LoadgenRuntime:
             self._quit_requested = True
             gevent.spawn(self.env.runner.quit)
 
+    def _fill_fingerprint(self, workload: Any) -> None:
+        """A streamed trace's fingerprint hashes its bytes: in a thread, while the run goes on,
+        into run.json when done (``run_record.run_info`` left it null)."""
+        doc = self._run_info_doc.get("workload")
+        if not isinstance(doc, dict) or doc.get("fingerprint") is not None:
+            return
+        doc["fingerprint"] = off_the_loop(workload.fingerprint)
+        if self.writer is not None:
+            self.writer.update_run(workload=doc)
+
     def _stop_on_bad_trace(self, message: str) -> None:
         """A streamed trace's count found a bad row during the run: stop, naming it (exit 2)."""
         self._abort_reason = message
         self._fatal(message, 2)
 
     def _close_accounting(self, *, aborted: bool) -> dict[str, Any] | None:
+        if self._fingerprint_greenlet is not None:  # run.json's last write carries it
+            self._fingerprint_greenlet.join()
         acc = self.accounting
         if acc is None:
             return None

@@ -162,6 +162,14 @@ class StreamedTraceWorkload(RecordSessions, Workload):
         }
 
 
+def known_fingerprint(workload: Workload) -> str | None:
+    """``workload.fingerprint()``, or None for a streamed trace whose bytes are not hashed yet
+    (a run hashes them in a thread, not before its start)."""
+    if isinstance(workload, StreamedTraceWorkload) and workload._fingerprint is None:
+        return None
+    return workload.fingerprint()
+
+
 def should_stream(reader: WorkloadReader, path: Path) -> bool:
     """Whether ``path`` is replayed as it is read: the reader iterates rows and the file is large."""
     try:

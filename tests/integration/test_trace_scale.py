@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.runs import LOADGEN, records, run_dir, sim, truth
+from workloads import load_workload
 from workloads.loader import is_streamed_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +72,9 @@ def test_a_million_row_trace_starts_at_once_and_no_process_holds_it(tmp_path):
     recs = sorted(records(d), key=lambda r: r.session_index)
     assert min(r.t_send_us for r in recs) / 1e6 < FIRST_REQUEST_S
     assert all(w["prepare_s"] < PLAN_LOAD_S for w in info["workers"]), info["workers"]
+
+    # The file's bytes were hashed during the run, and run.json got the fingerprint.
+    assert info["workload"]["fingerprint"] == load_workload(trace, stream=True).fingerprint()
 
     # What was replayed is the trace's first SESSIONS rows, at their times, each sent once.
     acc = info["accounting"]
