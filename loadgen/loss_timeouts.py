@@ -36,8 +36,8 @@ MASTER_LOSS_TIMEOUT_HELP = (
 HEARTBEAT_INTERVAL_S = 1.0
 # Below 3 intervals a worker one late heartbeat away from its next one would flap in and out.
 MIN_LOSS_TIMEOUT_S = 3 * HEARTBEAT_INTERVAL_S
-# Ten minutes: longer is a slip of the unit (600 typed for 600ms), and a worker that waits that
-# long sends that much load nobody records.
+# Ten minutes: longer is most likely a slip of the unit (a bare 5000 meant as ms), and a worker that
+# waits that long sends that much load nobody records.
 MAX_LOSS_TIMEOUT_S = 600.0
 # The master notices a loss up to one interval after T (plus its 0.25 s poll); a worker counts
 # its silence from an answer up to one interval old. Two intervals and the poll, rounded up.
