@@ -85,9 +85,12 @@ class SessionReuse:
         B = self.block_size
         turns = shape.turns
         root = turns[0]
-        head_pieces = shape.system + (root.pieces if root.pieces is not None and not root.cold else ())
-        head_tokens = sum(n for _, n in head_pieces)
-        head = self._head(head_pieces)  # full blocks, then a partial last one if any
+        if root.pieces is not None and not root.cold:
+            head_pieces, head_tokens = shape.system + root.pieces, shape.system_tokens + root.tokens
+            head = head_blocks(head_pieces, B)  # full blocks, then a partial last one if any
+        else:  # the system prompt alone: the same for many sessions, cut once
+            head_pieces, head_tokens = shape.system, shape.system_tokens
+            head = self._head(head_pieces)
         full_head = head if head_tokens % B == 0 else head[:-1]
         root_whole = root.pieces is not None  # the root's prompt is all head
         referenced = {cp for i in range(len(turns)) if (cp := context_parent(shape, i)) is not None}
@@ -143,6 +146,10 @@ def head_blocks(pieces: Sequence[Piece], block_size: int) -> list[tuple[Hashable
     inside: list[tuple[Any, ...]] = []
     filled = 0
     for key, n in pieces:
+        if not filled and n == block_size:  # a trace's whole block: the usual case, kept short
+            parent = hash((parent, (key, 0)))
+            out.append((parent, block_size))
+            continue
         offset = 0
         while offset < n:
             take = min(n - offset, block_size - filled)

@@ -73,6 +73,19 @@ class _Fenwick:
         return total
 
 
+class _ChainGroup:
+    """The shared blocks one request touched last: one entry at one position, ranked head first."""
+
+    __slots__ = ("blocks", "permanent_then", "pos", "removed", "weight")
+
+    def __init__(self, pos: int, permanent_then: int, blocks: int) -> None:
+        self.pos = pos
+        self.permanent_then = permanent_then
+        self.blocks = blocks
+        self.removed = 0  # its leading blocks a later request took (always a prefix)
+        self.weight = blocks  # blocks still here: its weight in the recency index
+
+
 @dataclass(frozen=True, slots=True)
 class Group:
     """A session's private run of full blocks: its id and how many blocks it holds."""
@@ -99,7 +112,8 @@ class ReuseCounter:
         self._live = 0  # weight in the tree
         self._next_pos = 1
         self._permanent = 0  # blocks of groups never looked up again, touched so far
-        self._where: dict[Hashable, tuple[int, int, int]] = {}  # key -> (pos, permanent then, blocks)
+        self._where: dict[Hashable, tuple[int, int, int]] = {}  # group id -> (pos, permanent then, blocks)
+        self._chains: dict[Hashable, tuple[_ChainGroup, int]] = {}  # shared block key -> (chain group, rank)
         # Every hit-able run of blocks: distance of its first block, blocks, tokens per block.
         self._dist = array("q")
         self._count = array("q")
@@ -123,32 +137,73 @@ class ReuseCounter:
         """
         self.requests += 1
         self.prompt_tokens += prompt_tokens
-        where = self._where
+        chains = self._chains
+        B = self.block_size
         # Look up first (before this request's own touches), head to tail; a miss ends the hits.
         chain_whole = True
+        run: _ChainGroup | None = None  # the chain group of the run of hits being recorded
+        run_dist = run_count = 0
         for key, n in shared:
-            at = where.get(key)
+            at = chains.get(key)
             if at is None:
                 chain_whole = False
                 break
-            self._record(self._distance(at), 1, n)
+            group, rank = at
+            if group is not run or n != B:
+                if run_count:
+                    self._record(run_dist, run_count, B)
+                run, run_count = group, 0
+                run_dist = self._count_after(group.pos, group.permanent_then) + rank - group.removed
+                if n != B:  # a partial last block: a run of its own
+                    self._record(run_dist, 1, n)
+                    run = None
+                    continue
+            run_count += 1
+        if run_count:
+            self._record(run_dist, run_count, B)
         if chain_whole:
+            where = self._where
             for g in ancestors:
-                at = where.get(g.group_id)
-                if at is None:
+                at2 = where.get(g.group_id)
+                if at2 is None:
                     break
-                self._record(self._distance(at), g.blocks, self.block_size)
-        # Then touch, tail first: the new group, the ancestors leaf to root, the shared blocks.
+                self._record(self._count_after(at2[0], at2[1]), g.blocks, B)
+        # Then touch, tail first: the new group, the ancestors leaf to root, the shared chain.
         if new is None:
             self._permanent += new_blocks
         else:
             self._touch(new.group_id, new.blocks)
         for g in reversed(ancestors):
             self._touch(g.group_id, g.blocks)
-        for key, _ in reversed(shared):
-            if key not in where:
+        if shared:
+            self._touch_chain(shared)
+
+    def _touch_chain(self, shared: Sequence[tuple[Hashable, int]]) -> None:
+        # A chain's blocks become one group at one position, ranked head first (block 0 the most
+        # recent). A later request touching block i of a chain touches blocks 0..i-1 too, so it
+        # takes a *prefix* of every group it touches: ``removed`` of a group's blocks have left
+        # it, and a block of rank r still in it has r - removed of the group above it.
+        chains = self._chains
+        tree = self._tree
+        touched: dict[int, _ChainGroup] = {}
+        for key, _ in shared:
+            at = chains.get(key)
+            if at is None:
                 self.unique_shared_blocks += 1
-            self._touch(key, 1)
+            else:
+                at[0].removed += 1
+                touched[id(at[0])] = at[0]
+        for old in touched.values():
+            delta = (old.blocks - old.removed) - old.weight  # its blocks that left it
+            tree.add(old.pos, delta)
+            self._live += delta
+            old.weight += delta
+        group = _ChainGroup(self._next_pos, self._permanent, len(shared))
+        self._next_pos += 1
+        tree.add(group.pos, group.blocks)
+        self._live += group.blocks
+        for rank, (key, _) in enumerate(shared):
+            chains[key] = (group, rank)
 
     def add_private(self, prompt_tokens: int, blocks: int) -> None:
         """A request that shares nothing and that nothing extends: ``request((), (), prompt_tokens,
@@ -157,8 +212,8 @@ class ReuseCounter:
         self.prompt_tokens += prompt_tokens
         self._permanent += blocks
 
-    def _distance(self, at: tuple[int, int, int]) -> int:
-        pos, permanent_then, _ = at
+    def _count_after(self, pos: int, permanent_then: int) -> int:
+        """Blocks touched since position ``pos`` was (their distinct count: the stack distance)."""
         return (self._live - self._tree.prefix(pos)) + (self._permanent - permanent_then)
 
     def _record(self, dist: int, count: int, tokens: int) -> None:

@@ -8,7 +8,7 @@ message, a text system prompt) is counted once with the workload's tokenizer. Wo
 no records (specs, plug-in formats) are built session by session and their texts counted once.
 
 A message is **shareable** when another session may send the same tokens: a text (keyed by its
-hash: equal texts share), a trace's prefix blocks (keyed by block id), a system prompt (the
+hash: equal texts share), a trace's prefix blocks (keyed by the block id, an int), a system prompt (the
 tenant's synthetic prompt, where a shorter one is a prefix of a longer one, or a text). Synthetic
 text from a token count is drawn from the session's own random stream: unique to the session.
 """
@@ -157,11 +157,11 @@ def _shape_of_record(index: int, rec: dict[str, Any], block_size: int, tokenizer
         if "content" in t:
             pieces = _text_pieces(t["content"], tokenizer)
             n_tok = pieces[0][1] if pieces else 0
-        elif "blocks" in t:
-            pieces = tuple((("b", b), m) for b, m in t["blocks"])
-            n_tok = sum(m for _, m in t["blocks"])
+        elif "blocks" in t:  # a block id is its piece's key: an int, unlike every other key
+            pieces = tuple(map(tuple, t["blocks"]))
+            n_tok = sum(m for _, m in pieces)
         elif "hash_ids" in t:
-            pieces = tuple((("b", b), m) for b, m in split_blocks(t["hash_ids"], t["tokens"], t["block_size"]))
+            pieces = tuple(map(tuple, split_blocks(t["hash_ids"], t["tokens"], t["block_size"])))
             n_tok = t["tokens"]
         else:
             pieces, n_tok = None, t["tokens"]
