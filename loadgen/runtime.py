@@ -180,6 +180,7 @@ class LoadgenRuntime:
         self._count_greenlet: gevent.Greenlet | None = None  # a streamed trace counted during the run
         self._fetch: FileFetch | None = None  # a worker pulling the master's streamed trace
         self._fingerprint_greenlet: gevent.Greenlet | None = None  # hashing a streamed trace
+        self._workload: Any = None  # the run's workload on the master (its fingerprint, once hashed)
         self._final_sent = False
         self._parent_pid = 0
         self.verdict: Verdict | None = None
@@ -389,7 +390,7 @@ class LoadgenRuntime:
         self._preparing = True
         if self.role == "local":
             self._run_info_doc = self._run_info(cfg)
-            self._fingerprint_greenlet = gevent.spawn(self._fill_fingerprint, workload)
+            self._workload = workload
             self.n_slots = 1
             self._prepare_driver(Plan(cfg, 1, 0, 0.0), worker_id="local")
             self._go(time.time() + START_LEAD_LOCAL_S)
@@ -412,7 +413,7 @@ class LoadgenRuntime:
             self._plan_sent_wall[wid] = time.time()
             self.env.runner.send_message(MSG_PLAN, Plan(cfg, len(workers), slot, 0.0).to_wire(), client_id=wid)
         self._run_info_doc = self._run_info(cfg)
-        self._fingerprint_greenlet = gevent.spawn(self._fill_fingerprint, workload)
+        self._workload = workload
         self._greenlets = [gevent.spawn(self._start_when_ready), gevent.spawn(self._watch_workers)]
 
     def _start_when_ready(self) -> None:
@@ -453,6 +454,8 @@ class LoadgenRuntime:
         if self.role == "master":
             self._warn_clock_offsets()
         self.writer = ResultsWriter(run_dir, self._run_info_doc, t0_unix_s)
+        # After the start, not before: hashing a large trace would hold up the workers' set-up.
+        self._fingerprint_greenlet = gevent.spawn(self._fill_fingerprint, self._workload)
         log.info("loadgen run %s: results in %s", cfg.run_id, run_dir)
         if self.role == "local":
             assert self.driver is not None
@@ -1179,7 +1182,7 @@ class LoadgenRuntime:
         """A streamed trace's fingerprint hashes its bytes: in a thread, while the run goes on,
         into run.json when done (``run_record.run_info`` left it null)."""
         doc = self._run_info_doc.get("workload")
-        if not isinstance(doc, dict) or doc.get("fingerprint") is not None:
+        if workload is None or not isinstance(doc, dict) or doc.get("fingerprint") is not None:
             return
         doc["fingerprint"] = off_the_loop(workload.fingerprint)
         if self.writer is not None:
@@ -1203,7 +1206,8 @@ class LoadgenRuntime:
         else:
             started = {w: int(s.get("started", 0)) for w, s in self.worker_state.items()}
         lost_shares = {w: self.shares.get(w, []) for w in self.lost if self._out_of_run(w)}
-        acc.close(started_by_worker=started, lost_shares=lost_shares, aborted=aborted)
+        # Off the loop: a streamed trace's lost shares are counted by reading the file again.
+        off_the_loop(lambda: acc.close(started_by_worker=started, lost_shares=lost_shares, aborted=aborted))
         return acc.as_dict()
 
     def _generator_cpu(self) -> dict[str, Any]:

@@ -61,6 +61,15 @@ def test_gzip_crlf_and_bom_stream_as_the_plain_file(tmp_path):
     assert [r.record | {"id": r.record["id"].replace("azure.csv-", "azure-")} for r in streamed("azure", packed).rows()] == plain
 
 
+def test_zstd_streams_as_the_plain_file(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    text = (FIX / "mooncake.jsonl").read_bytes()
+    packed = tmp_path / "mooncake.jsonl.zst"
+    # Two frames, as `zstd -c a b > f` writes.
+    packed.write_bytes(zstandard.compress(text[:5000]) + zstandard.compress(text[5000:]))
+    assert "".join(iter_text_lines(packed, "trace")) == text.decode()
+
+
 def test_text_lines_across_small_blocks_match_the_whole_text(tmp_path, monkeypatch):
     # \r\n and a multi-byte character straddling block edges; a last line without its newline.
     text = "a,b\r\nçé,x\r\n\r\nend\rlast"
