@@ -139,15 +139,16 @@ def format_inspection(fig: dict[str, Any]) -> str:
         lines.append(f"{'arrivals':<20}none in the source: the arrival process sets them (--arrival, --rate)")
     lines.extend(prefix_cache_lines(fig["prefix_cache"]))
     reader = fig.get("reader") or {}
+    found: list[str] = []  # the reader's counts, of the whole file whatever -n covers
     dropped = reader.get("dropped")
     if dropped:
-        lines.append(f"{'left out':<20}" + ", ".join(f"{v} by {k}" for k, v in dropped.items()))
+        found.append(f"{'left out':<20}" + ", ".join(f"{v} by {k}" for k, v in dropped.items()))
     if reader.get("trailing_user_turns_left_out"):
-        lines.append(f"{'':<20}{reader['trailing_user_turns_left_out']} last questions without a reply")
+        found.append(f"{'':<20}{reader['trailing_user_turns_left_out']} last questions without a reply")
     if reader.get("empty_replies_left_out"):
-        lines.append(f"{'':<20}{reader['empty_replies_left_out']} questions whose reply has no text (left out with it)")
+        found.append(f"{'':<20}{reader['empty_replies_left_out']} questions whose reply has no text (left out with it)")
     if reader.get("zero_request_rows"):
-        lines.append(f"{'':<20}{reader['zero_request_rows']} requests with 0 prompt tokens (sent as 1 token)")
+        found.append(f"{'':<20}{reader['zero_request_rows']} requests with 0 prompt tokens (sent as 1 token)")
     chained = [
         (reader.get("orphan_chats"), "chats whose parent is not in the file (started sessions of their own)"),
         (reader.get("branch_chats"), "second children of a chat (started sessions of their own)"),
@@ -155,9 +156,11 @@ def format_inspection(fig: dict[str, Any]) -> str:
     ]
     for count, what in chained:
         if count:
-            lines.append(f"{'':<20}{count} {what}")
+            found.append(f"{'':<20}{count} {what}")
     if reader.get("non_text_parts_skipped"):
-        lines.append(f"{'':<20}{reader['non_text_parts_skipped']} non-text content parts (images, audio) not sent")
+        found.append(f"{'':<20}{reader['non_text_parts_skipped']} non-text content parts (images, audio) not sent")
+    cut = held is None or fig["sessions"] < held
+    lines.extend(f"{line} (whole file)" if cut else line for line in found)
     lines.append(f"{'tokenizer':<20}{fig['tokenizer']['name']} ({fig['tokenizer']['kind']})")
     return "\n".join(lines)
 

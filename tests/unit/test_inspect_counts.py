@@ -99,6 +99,11 @@ def test_inspect_prints_the_reuse_and_the_kv_that_realises_it():
     assert "KV to realise it    an LRU cache of" in r.output
     r = CliRunner().invoke(main, ["workload", "inspect", str(FIX / "azure.csv")])
     assert r.exit_code == 0 and "nothing to reuse" in r.output
+    # The reader's counts are of the whole file: said so when -n covers less of it.
+    cut = CliRunner().invoke(main, ["workload", "inspect", str(FIX / "bailian.jsonl"), "-n", "2"]).output
+    whole = CliRunner().invoke(main, ["workload", "inspect", str(FIX / "bailian.jsonl")]).output
+    assert "1 chats whose parent is not in the file (started sessions of their own) (whole file)" in cut
+    assert "orphan" not in whole and "(whole file)" not in whole and "1 chats whose parent" in whole
 
 
 def test_a_trace_read_as_a_stream_is_read_once_and_only_as_far_as_n(tmp_path):
