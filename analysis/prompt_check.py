@@ -26,7 +26,9 @@ def prompt_tokens_check(records: list[RequestRecord], tokenizer: dict[str, Any] 
     diff = server - client
     rel = diff / np.maximum(server, 1)
     p50, p99 = np.percentile(diff, [50, 99])
-    return {
+    # Server-side history (previous_response_id): of the client's count, what was never sent.
+    held = [r.server_held_prompt_tokens for r in records if r.server_held_prompt_tokens is not None]
+    out = {
         "tokenizer": (tokenizer or {}).get("name", "builtin"),
         "requests": len(pairs),
         "client_tokens": int(client.sum()),
@@ -42,6 +44,10 @@ def prompt_tokens_check(records: list[RequestRecord], tokenizer: dict[str, Any] 
             "share_max": float(np.abs(rel).max()),
         },
     }
+    if held:
+        out["server_held_tokens"] = int(sum(held))
+        out["sent_tokens"] = int(client.sum()) - int(sum(held))
+    return out
 
 
 def format_prompt_check(check: dict[str, Any] | None) -> str | None:
@@ -49,8 +55,14 @@ def format_prompt_check(check: dict[str, Any] | None) -> str | None:
     if not check:
         return None
     d = check["per_request"]
-    return (
+    line = (
         f"prompt      server {check['server_tokens']:,} tokens vs client {check['client_tokens']:,} "
         f"({check['tokenizer']}): {check['difference_share']:+.2%}; per request {d['min']:+d} .. {d['max']:+d} "
         f"(p50 {d['p50']:+.0f}; the chat template's tokens are the server's only)"
     )
+    if "server_held_tokens" in check:
+        line += (
+            f"; sent {check['sent_tokens']:,} of the client's, the server held the other "
+            f"{check['server_held_tokens']:,} (server-side history)"
+        )
+    return line

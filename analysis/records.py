@@ -122,6 +122,9 @@ class RequestRecord:
     # output_tokens.
     t_first_output_us: int | None = None
     reasoning_tokens: int | None = None
+    # Of client_prompt_tokens, the history's tokens the server held and the request did not send
+    # (server-side history: openai-responses server_history); null when it sent everything.
+    server_held_prompt_tokens: int | None = None
 
     # Derived values: the formulas of DESIGN §4, in one place.
     @property

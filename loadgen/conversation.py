@@ -54,6 +54,7 @@ class Conversation:
         self._count = count
         # Tokens of the history's message contents, counted once per message as it is added.
         self.history_tokens = 0
+        self._tokens_through: list[int] = []  # history tokens of history[:i + 1]
         self.history: list[dict[str, Any]] = []
         if session.system_prompt:
             self._append({"role": "system", "content": session.system_prompt})
@@ -62,6 +63,19 @@ class Conversation:
         self.history.append(message)
         if self._count is not None:
             self.history_tokens += self._count(message.get("content") or "")
+            self._tokens_through.append(self.history_tokens)
+
+    def held_tokens(self, held_messages: int) -> int | None:
+        """Tokens of the history's first ``held_messages`` messages, its system prompt aside (it
+        is sent with every request): what a server holding them was not sent. None without a
+        counter; 0 when it holds none."""
+        if self._count is None:
+            return None
+        n = min(held_messages, len(self.history))
+        if n <= 0:
+            return 0
+        system = 1 if self.history and self.history[0].get("role") == "system" else 0
+        return self._tokens_through[n - 1] - (self._tokens_through[0] if system else 0)
 
     def prompt_tokens(self, index: int) -> int | None:
         """Tokens of what step ``index`` sends (contents only: roles, template and tool-call JSON

@@ -193,11 +193,11 @@ def _send_step(
         # arrived, so requests.jsonl holds one line for every request the server received.
         cut = conn.current
         if cut is not None and cut.t_send_ns:
-            _record_cut(ctx, session, plan, conversation, k, request_id, intended_ns, cut)
+            _record_cut(ctx, session, plan, conversation, k, request_id, intended_ns, cut, prepared.held_messages)
         raise
     finally:
         ctx.in_flight.requests -= 1
-    return _finish_step(ctx, session, plan, conversation, k, request_id, intended_ns, result)
+    return _finish_step(ctx, session, plan, conversation, k, request_id, intended_ns, result, prepared.held_messages)
 
 
 def _record_cut(
@@ -209,6 +209,7 @@ def _record_cut(
     request_id: str,
     intended_ns: int,
     cut: StreamResult,
+    held_messages: int = 0,
 ) -> None:
     cut.t_end_ns = time.perf_counter_ns()
     got = f"{len(cut.chunk_ns)} token chunks had arrived"
@@ -218,7 +219,7 @@ def _record_cut(
     else:
         cut.error_category = "timeout"
         cut.error_message = f"a fan-out's join deadline passed while it was on the wire; {got}"
-    _finish_step(ctx, session, plan, conversation, k, request_id, intended_ns, cut)
+    _finish_step(ctx, session, plan, conversation, k, request_id, intended_ns, cut, held_messages)
 
 
 def _finish_step(
@@ -230,8 +231,10 @@ def _finish_step(
     request_id: str,
     intended_ns: int,
     result: StreamResult,
+    held_messages: int = 0,
 ) -> StreamResult | None:
-    """Record step ``k``'s outcome; its result when it succeeded, else None."""
+    """Record step ``k``'s outcome; its result when it succeeded, else None. ``held_messages``:
+    of its conversation, the messages the server held (``PreparedRequest.held_messages``)."""
     turn = session.turns[k]
     rec = _record(ctx, session, k, turn.max_tokens, request_id, intended_ns, result)
     step = plan.steps[k]
@@ -244,6 +247,8 @@ def _finish_step(
     if prompt_tokens is not None and turn.cold:
         prompt_tokens += ctx.tokenizer.count(cold_nonce(ctx.run_id, session.session_id, k))
     rec.client_prompt_tokens = prompt_tokens
+    if held_messages:  # server-side history: of the prompt, what the server held and was not sent
+        rec.server_held_prompt_tokens = conversation.held_tokens(held_messages)
     ctx.on_record(rec)
     return result if rec.ok else None
 

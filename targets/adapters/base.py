@@ -85,6 +85,9 @@ class PreparedRequest:
     headers: dict[str, str]
     body: bytes
     stream: bool = True
+    # How many of the request's conversation messages (from the first) the server holds and the
+    # body leaves out, system messages aside (server-side history: openai-responses server_history)
+    held_messages: int = 0
 
 
 @dataclass(slots=True)

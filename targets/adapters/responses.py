@@ -147,17 +147,18 @@ class _Chains:
         return self._building.pop(getcurrent(), None)
 
 
-def _new_part(messages: list[dict], held: int) -> list[dict]:
+def _new_part(messages: list[dict], held: int) -> tuple[list[dict], int]:
     """What a request sends when the server holds ``messages[:held]`` and its reply: the
     instructions (the server does not carry them over), the tool calls the client kept in the
-    reply's message (its text is the server's own output), then the messages after it."""
+    reply's message (its text is the server's own output), then the messages after it; and how
+    many leading messages' contents it leaves out (``PreparedRequest.held_messages``)."""
     out = [m for m in messages[:held] if m.get("role") in ("system", "developer")]
     i = held
     while i < len(messages) and messages[i].get("role") == "assistant":
         if messages[i].get("tool_calls"):
             out.append({"role": "assistant", "content": "", "tool_calls": messages[i]["tool_calls"]})
         i += 1
-    return out + messages[i:]
+    return out + messages[i:], i
 
 
 def _digests(messages: list[dict]) -> list[bytes]:
@@ -197,11 +198,11 @@ class OpenAIResponsesAdapter(Adapter):
 
     def build_request(self, req: ChatRequest) -> PreparedRequest:
         messages = req.messages
-        previous_id = None
+        previous_id, held_messages = None, 0
         if self._chains is not None:
             previous_id, held = self._chains.follow(req.session_id, messages)
             if previous_id is not None:
-                messages = _new_part(messages, held)
+                messages, held_messages = _new_part(messages, held)
         instructions, items = to_input(messages)
         body: dict[str, Any] = {}
         if req.model is not None:
@@ -224,9 +225,8 @@ class OpenAIResponsesAdapter(Adapter):
         if tools:
             body["tools"] = [_tool(t) for t in tools]
         body.update(extra)
-        return PreparedRequest(
-            "POST", self.path, build_headers(req, stream=req.stream), orjson.dumps(body), req.stream
-        )
+        headers = build_headers(req, stream=req.stream)
+        return PreparedRequest("POST", self.path, headers, orjson.dumps(body), req.stream, held_messages)
 
     def new_stream(self) -> _ResponsesStream:
         return _ResponsesStream(self._chains.take_building() if self._chains is not None else None)
