@@ -176,6 +176,9 @@ def prefix_cache_lines(pc: dict[str, Any]) -> list[str]:
         f"request sent (history included; replies as long as asked)",
         f"{'KV to realise it':<20}an LRU cache of {_tokens(need['50%'])} tokens gets half of it, "
         f"{_tokens(need['90%'])} 90%, {_tokens(need['99%'])} 99%, {_tokens(pc['working_set_tokens'])} all",
+        f"{'hit rate by KV':<20}"
+        + ", ".join(f"{_tokens(row['capacity_tokens'])} tokens {row['hit_rate']:.1%}" for row in pc["hit_rate_at"])
+        + " (workload analyze --capacity for others)",
     ]
 
 

@@ -97,6 +97,7 @@ def test_inspect_prints_the_reuse_and_the_kv_that_realises_it():
     assert "30 sessions of 240" in r.output
     assert f"prefix reuse        {_mooncake_reuse(30):.1%}" in r.output
     assert "KV to realise it    an LRU cache of" in r.output
+    assert "hit rate by KV      65,536 tokens " in r.output
     r = CliRunner().invoke(main, ["workload", "inspect", str(FIX / "azure.csv")])
     assert r.exit_code == 0 and "nothing to reuse" in r.output
     # The reader's counts are of the whole file: said so when -n covers less of it.
