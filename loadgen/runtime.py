@@ -28,7 +28,7 @@ from typing import Any
 
 import gevent
 from gevent.event import Event
-from locust.runners import STATE_MISSING, STATE_RUNNING, MasterRunner, WorkerRunner
+from locust.runners import STATE_INIT, STATE_MISSING, STATE_RUNNING, MasterRunner, WorkerRunner
 
 from analysis.records import RUN_ABORTED, RUN_COMPLETE, RequestRecord
 from analysis.slo import parse_slos
@@ -241,6 +241,10 @@ class LoadgenRuntime:
             self.endpoint = install_endpoint(self.env, self)
         if self.role == "master":
             apply_to_master(self.worker_loss_timeout_s)
+            # Locust's spawn copies the master's own options into each worker's: without this, the
+            # master's default --master-loss-timeout would replace a worker's own setting there.
+            if getattr(self.env, "parsed_options", None) is not None:
+                vars(self.env.parsed_options).pop("master_loss_timeout", None)
             if self.join_secret is not None:
                 # Before any message is handled: Locust's spawn goes only to clients that proved it.
                 self.join_gate = install_join_gate(runner, self.accepted)
@@ -284,6 +288,9 @@ class LoadgenRuntime:
             apply_to_worker(self.master_loss_timeout_s)
             install_master_watch(self.env, self._on_master_lost, self.master_loss_timeout_s)
             ev.test_start.add_listener(self._check_loss_timeouts)
+            if getattr(runner, "worker_state", STATE_INIT) != STATE_INIT:
+                # Locust's spawn (and its test_start) came before this listener: check now.
+                self._check_loss_timeouts(self.env)
             # A worker forked by --processes inherits the master's --json-file: only the master
             # writes in the results directory (a worker's table would overwrite the master's).
             if getattr(self.env.parsed_options, "json_file", None):

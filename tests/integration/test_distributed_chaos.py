@@ -206,10 +206,13 @@ def test_a_frozen_worker_whose_slot_was_taken_over_is_rejected_when_it_comes_bac
     # 2 slots and a standby. One slot holder is frozen until the standby has taken its slot over,
     # then thawed: from then on two workers hold the slot, so the master must reject the thawed
     # one's reports and tell it to stop, and no session may be recorded twice.
-    n, port, results = 480, free_port(), tmp_path / "results"
+    n, port, results = 640, free_port(), tmp_path / "results"
     run_dir = results / "tk"
     with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log), _processes() as procs:
-        procs.append(_start(_master(proc.url, port, results, "tk", "--rate", "40", "--num-sessions", str(n)), tmp_path / "m.log"))
+        # The master loses the frozen worker after 3 s of silence (not the default 5 s): the standby
+        # then takes the slot over with most of the slot's arrivals still to come.
+        args = _master(proc.url, port, results, "tk", "--rate", "40", "--num-sessions", str(n), "--worker-loss-timeout", "3s")
+        procs.append(_start(args, tmp_path / "m.log"))
         workers = [_start(_worker(port), tmp_path / f"w{i}.log") for i in range(2)]
         procs += workers
         victim = _locust_child(workers[0])
