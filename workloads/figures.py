@@ -147,6 +147,7 @@ def reuse_figures(curve: ReuseCurve, capacities_tokens: list[int] | None = None)
         "prompt_tokens": curve.prompt_tokens,
         "reused_tokens": reused,
         "reuse": curve.hit_rate(None),
+        "unique_shared_blocks": curve.unique_shared_blocks,
         "working_set_tokens": working_set,
         "capacity_tokens_for": {f"{share:.0%}": curve.capacity_for(share) * B for share in REUSE_SHARES},
         "hit_rate_at": [

@@ -237,6 +237,7 @@ class ReuseCounter:
         return ReuseCurve(
             block_size=self.block_size,
             prompt_tokens=self.prompt_tokens,
+            unique_shared_blocks=self.unique_shared_blocks,
             dist=np.frombuffer(self._dist, dtype=np.int64).copy(),
             count=np.frombuffer(self._count, dtype=np.int64).copy(),
             tokens=np.frombuffer(self._tokens, dtype=np.int64).copy(),
@@ -253,6 +254,7 @@ class ReuseCurve:
 
     block_size: int
     prompt_tokens: int
+    unique_shared_blocks: int  # distinct shareable blocks sent (a trace's unique hash ids, at its block size)
     dist: np.ndarray
     count: np.ndarray
     tokens: np.ndarray

@@ -61,6 +61,9 @@ def test_n_scopes_every_figure_prefix_reuse_included():
     assert whole["prefix_cache"]["reuse"] == _mooncake_reuse(240)
     assert first["prefix_cache"]["reuse"] != whole["prefix_cache"]["reuse"]
     assert first["prefix_cache"]["prompt_tokens"] == first["first_turn_tokens"]["total"]
+    rows = sorted((json.loads(x) for x in MOONCAKE.read_text().splitlines()), key=lambda r: r["timestamp"])
+    assert first["prefix_cache"]["unique_shared_blocks"] == len({b for r in rows[:30] for b in r["hash_ids"]})
+    assert whole["prefix_cache"]["unique_shared_blocks"] == len({b for r in rows for b in r["hash_ids"]})
     # The reader's whole-file figure is not passed off as the scoped one.
     assert "prefix_reuse" not in first.get("reader", {})
 
