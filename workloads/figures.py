@@ -131,8 +131,16 @@ def collect(
 
 
 def workload_block_size(workload: Workload) -> int:
-    """The trace's own block size (its hash_ids'), else vLLM's default of 16 tokens."""
-    return getattr(workload, "block_size", None) or DEFAULT_BLOCK_SIZE
+    """The trace's own block size (its hash_ids', or those of a session file's first session,
+    as a counts-only export or an anonymised file writes them), else vLLM's default of 16 tokens."""
+    own = getattr(workload, "block_size", None)
+    if own:
+        return own
+    if getattr(workload, "rows", None) is None and workload.num_sessions:
+        for blocks in workload.turn_hash_ids(0) or ():
+            if blocks is not None:
+                return blocks["block_size"]
+    return DEFAULT_BLOCK_SIZE
 
 
 def reuse_figures(curve: ReuseCurve, capacities_tokens: list[int] | None = None) -> dict[str, Any]:

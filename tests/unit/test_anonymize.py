@@ -110,3 +110,15 @@ def test_a_bad_block_size_or_output_is_a_one_line_error(tmp_path):
     assert r.exit_code == 2 and "--block-size" in r.output
     r = CliRunner().invoke(main, ["workload", "anonymize", str(FIX / "azure.csv"), "-o", str(tmp_path / "no" / "o.jsonl")])
     assert r.exit_code == 2 and "cannot write the anonymised file" in r.output and "Traceback" not in r.output
+
+
+def test_an_anonymised_trace_has_the_originals_prefix_reuse(tmp_path):
+    from workloads.inspect import inspect_workload
+
+    src = FIX / "mooncake.jsonl"
+    out = tmp_path / "anon.jsonl"
+    assert write_anonymized(load_workload(src), 0, None, out) == 240
+    original, anonymised = inspect_workload(load_workload(src)), inspect_workload(load_workload(out))
+    assert anonymised["prefix_cache"]["block_size"] == 512  # the file's own, as the trace's
+    for key in ("prompt_tokens", "reused_tokens", "unique_shared_blocks", "working_set_tokens"):
+        assert anonymised["prefix_cache"][key] == original["prefix_cache"][key], key
