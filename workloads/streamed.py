@@ -68,7 +68,7 @@ class StreamedTraceWorkload(RecordSessions, Workload):
         self._fingerprint: str | None = None
 
     def _first_row(self) -> TraceRow:
-        rows = self._reader.iter_rows(self._path, self.options)
+        rows = self._reader.iter_rows(self._path, self.options, tokenizer=self.tokenizer)
         try:
             return next(rows)  # the header and the first row are checked before anything is planned
         finally:
@@ -83,7 +83,7 @@ class StreamedTraceWorkload(RecordSessions, Workload):
         timed trace) is a one-line error: a streamed trace is replayed in file order."""
         prev_t = -float("inf")
         prev_line = 0
-        for row in self._reader.iter_rows(self._path, self.options):
+        for row in self._reader.iter_rows(self._path, self.options, tokenizer=self.tokenizer):
             t = row.time_s
             if t is not None:
                 if t < prev_t:

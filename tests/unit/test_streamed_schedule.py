@@ -29,7 +29,7 @@ from workloads.streamed import StreamedTraceWorkload
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "datasets"
 # (mooncake_aiperf.jsonl is out of time order: a streamed read refuses it, the whole-file one sorts it)
-TRACES = [("azure", "azure.csv"), ("burstgpt", "burstgpt.csv"), ("mooncake", "mooncake.jsonl")]
+TRACES = [("azure", "azure.csv"), ("burstgpt", "burstgpt.csv"), ("mooncake", "mooncake.jsonl"), ("sharegpt", "openai_chat.jsonl")]
 
 
 def streamed(fmt: str, path: Path, options: dict[str, str] | None = None) -> StreamedTraceWorkload:
@@ -51,6 +51,16 @@ def test_streamed_rows_are_the_whole_file_readers_sessions_and_offsets(fmt, name
     else:
         times = np.array([r.time_s for r in rows])
         assert wl.has_arrival_times() and np.array_equal(times - times[0], offsets)
+
+
+@pytest.mark.parametrize("options", [{"min_turns": "2", "think_time": "2s"}, {"max_prompt_tokens": "60", "tenant": "t"}])
+def test_streamed_conversations_keep_the_readers_filters_and_options(options):
+    path = FIX / "openai_chat.jsonl"
+    whole = load_workload(path, options=options)
+    wl = streamed("sharegpt", path, options)
+    rows = list(wl.rows())
+    assert 0 < len(rows) == whole.num_sessions
+    assert [wl.record_session(1, k, r.record) for k, r in enumerate(rows)] == list(whole.sessions(1, len(rows)))
 
 
 def test_gzip_crlf_and_bom_stream_as_the_plain_file(tmp_path):

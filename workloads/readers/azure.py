@@ -42,7 +42,9 @@ class AzureReader(WorkloadReader):
     def sniff(cls, path: Path, first: Any) -> bool:
         return isinstance(first, list) and {c.strip().lower() for c in first} >= set(COLUMNS)
 
-    def iter_rows(self, path: Path, options: Mapping[str, str]) -> Iterator[TraceRow]:
+    def iter_rows(
+        self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN
+    ) -> Iterator[TraceRow]:
         """The trace's rows in file order, each validated as it is read (``workloads.readers.stream``)."""
         where = str(path)
         self.check_options(options, where)

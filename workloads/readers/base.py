@@ -40,9 +40,12 @@ class WorkloadReader(ABC):
     def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> Workload:
         """Read and validate ``path``; every error is a one-line ``WorkloadError`` naming file, line, field."""
 
-    def iter_rows(self, path: Path, options: Mapping[str, str]) -> Iterator[TraceRow]:
+    def iter_rows(
+        self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN
+    ) -> Iterator[TraceRow]:
         """The file's sessions one at a time, in file order, each validated as it is read
-        (``workloads.readers.stream.TraceRow``; the same errors as ``read``).
+        (``workloads.readers.stream.TraceRow``; the same errors as ``read``). ``tokenizer``
+        counts tokens where the format needs it (a recorded answer's length).
 
         Formats whose sessions are their rows and whose files are in time order implement it
         (``streams_rows``): a large such file is then replayed as it is read

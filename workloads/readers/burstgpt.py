@@ -59,7 +59,14 @@ class BurstGPTReader(WorkloadReader):
     def sniff(cls, path: Path, first: Any) -> bool:
         return isinstance(first, list) and {c.strip().lower() for c in first} >= {"request tokens", "response tokens"}
 
-    def iter_rows(self, path: Path, options: Mapping[str, str], dropped: dict[str, int] | None = None) -> Iterator[TraceRow]:
+    def iter_rows(
+        self,
+        path: Path,
+        options: Mapping[str, str],
+        *,
+        tokenizer: TextTokenizer = BUILTIN,
+        dropped: dict[str, int] | None = None,
+    ) -> Iterator[TraceRow]:
         """The rows kept, in file order, each validated as it is read; ``dropped`` counts the rows
         left out by reason (``workloads.readers.stream``)."""
         where = str(path)
@@ -120,7 +127,7 @@ class BurstGPTReader(WorkloadReader):
 
     def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
         dropped: dict[str, int] = {}
-        rows = sorted(self.iter_rows(path, options, dropped), key=lambda r: r.time_s)  # stable: ties keep file order
+        rows = sorted(self.iter_rows(path, options, dropped=dropped), key=lambda r: r.time_s)  # stable: ties keep file order
         t0 = rows[0].time_s
         zero_request = 0
         records = []

@@ -56,7 +56,9 @@ class MooncakeReader(WorkloadReader):
         # AIPerf's rows without hash_ids
         return "output_length" in first and ("input_length" in first or "text_input" in first)
 
-    def iter_rows(self, path: Path, options: Mapping[str, str]) -> Iterator[TraceRow]:
+    def iter_rows(
+        self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN
+    ) -> Iterator[TraceRow]:
         """The trace's rows in file order, each validated as it is read (``workloads.readers.stream``)."""
         where = str(path)
         self.check_options(options, where)
@@ -98,7 +100,7 @@ class MooncakeReader(WorkloadReader):
         return block_size
 
     def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
-        rows = sorted(self.iter_rows(path, options), key=lambda r: r.time_s or 0.0)  # stable: ties keep file order
+        rows = sorted(self.iter_rows(path, options, tokenizer=tokenizer), key=lambda r: r.time_s or 0.0)  # stable: ties keep file order
         block_size = self.block_size(options, str(path))
         timed = rows[0].time_s is not None
         t0 = rows[0].time_s or 0.0

@@ -39,8 +39,9 @@ turn's system prompt, user/tool messages and recorded replies) is shorter / long
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,12 @@ from workloads.errors import WorkloadError
 from workloads.readers.base import (
     WorkloadReader,
     iter_json_array,
-    iter_json_lines,
-    open_text,
     option_duration,
     option_int,
     short,
     whole_number,
 )
+from workloads.readers.stream import TraceRow, iter_text_lines
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -91,7 +91,17 @@ class ShareGPTReader(WorkloadReader):
     def sniff(cls, path: Path, first: Any) -> bool:
         return isinstance(first, dict) and any(key in first for key, _, _ in MESSAGE_LISTS)
 
-    def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
+    def iter_rows(
+        self,
+        path: Path,
+        options: Mapping[str, str],
+        *,
+        tokenizer: TextTokenizer = BUILTIN,
+        stats: dict[str, Any] | None = None,
+    ) -> Iterator[TraceRow]:
+        """The conversations kept, in file order, each validated as it is read; ``stats`` gathers
+        the counts ``read`` reports. A ``.jsonl`` file is read line by line; a JSON array is
+        parsed element by element from its whole text."""
         where = str(path)
         self.check_options(options, where)
         min_turns = option_int(options, "min_turns", 1, where=where, at_least=1)
@@ -100,20 +110,31 @@ class ShareGPTReader(WorkloadReader):
         max_prompt = option_int(options, "max_prompt_tokens", None, where=where, at_least=1)
         think = option_duration(options, "think_time", 0.0, where=where)
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
-        text = open_text(path, "ShareGPT file")
-        stripped = text.lstrip()
-        items = iter_json_array(path, text) if stripped.startswith("[") else iter_json_lines(path, text)
-        records: list[dict[str, Any]] = []
+        assert min_turns is not None and min_prompt is not None
+        lines = iter_text_lines(path, "ShareGPT file")
+        head: list[str] = []
+        for line in lines:  # the first non-blank line tells a JSON array from JSON lines
+            head.append(line)
+            if line.strip():
+                break
+        if "".join(head).lstrip().startswith("["):
+            text = "".join(head) + "".join(lines)
+            items: Iterator[tuple[int, Any]] = iter_json_array(path, text)
+        else:
+            items = _json_lines(path, itertools.chain(head, lines))
+        # ShareGPT dumps repeat ids (a long chat split in parts): kept apart by a count per id.
         seen_ids: dict[str, int] = {}
         dropped = {"no_reply": 0, "min_turns": 0, "max_turns": 0, "min_prompt_tokens": 0, "max_prompt_tokens": 0}
-        trailing_user_turns = 0
-        conversations = 0
         counts = {"empty_replies_left_out": 0, "non_text_parts_skipped": 0}
+        st = stats if stats is not None else {}
+        st.update(conversations=0, dropped=dropped, trailing_user_turns_left_out=0, **counts)
+        kept = 0
         for lineno, obj in items:
-            conversations += 1
+            st["conversations"] += 1
             at = f"{where} line {lineno}"
             rec, trailing = _conversation(obj, at, tokenizer, counts)
-            trailing_user_turns += trailing
+            st["trailing_user_turns_left_out"] += trailing
+            st.update(counts)
             if rec is None:
                 dropped["no_reply"] += 1
                 continue
@@ -132,37 +153,49 @@ class ShareGPTReader(WorkloadReader):
                 dropped[reason] += 1
                 continue
             base = rec["id"] or f"{path.stem}-{lineno}"
-            # ShareGPT dumps repeat ids (a long chat split in parts): keep them apart.
             count = seen_ids.get(base, 0)
             seen_ids[base] = count + 1
             rec["id"] = base if count == 0 else f"{base}#{count}"
             rec["tenant"] = tenant
             for t in rec["turns"][1:]:
                 t["think_time"] = think
-            records.append(rec)
-        if conversations == 0:
+            kept += 1
+            yield TraceRow(lineno, None, rec)
+        if st["conversations"] == 0:
             raise WorkloadError(f"{where}: holds no conversations; give a JSON list (or JSON lines) of conversations")
-        if not records:
-            kept = ", ".join(f"{k} {v}" for k, v in dropped.items() if v)
+        if not kept:
+            left = ", ".join(f"{k} {v}" for k, v in dropped.items() if v)
             raise WorkloadError(
-                f"{where}: none of its {conversations} conversations is left after the filters ({kept}); "
+                f"{where}: none of its {st['conversations']} conversations is left after the filters ({left}); "
                 "loosen --workload-options"
             )
-        stats = {
-            "conversations": conversations,
-            "dropped": {k: v for k, v in dropped.items() if v},
-            "trailing_user_turns_left_out": trailing_user_turns,
-            **counts,
-        }
+
+    def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
+        stats: dict[str, Any] = {}
+        records = [row.record for row in self.iter_rows(path, options, tokenizer=tokenizer, stats=stats)]
+        stats["dropped"] = {k: v for k, v in stats["dropped"].items() if v}
         return DatasetWorkload(
             records,
             kind=self.name,
             name=path.stem,
-            source=where,
+            source=str(path),
             options=dict(options),
             stats=stats,
             tokenizer=tokenizer,
         )
+
+
+def _json_lines(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Any]]:
+    """(line number, object) of each non-blank line, as ``iter_json_lines`` gives them."""
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as e:
+            raise WorkloadError(
+                f"{path} line {lineno}: not valid JSON ({e.msg} at column {e.colno}); give one JSON object per line"
+            ) from None
 
 
 def _messages(obj: Any, at: str, counts: dict[str, int]) -> list[tuple[str, str]]:
