@@ -25,7 +25,7 @@ from workloads.blocks import BlockTexts
 from workloads.dataset import RecordSessions
 from workloads.errors import WorkloadError
 from workloads.readers.base import WorkloadReader
-from workloads.readers.stream import READ_BLOCK_BYTES, TraceRow
+from workloads.readers.stream import TraceRow
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 from workloads.workload import Workload, check_seed_index
@@ -144,7 +144,7 @@ class StreamedTraceWorkload(RecordSessions, Workload):
             h.update(json.dumps(self.options, sort_keys=True, default=str).encode())
             h.update(json.dumps(self.tokenizer.describe(), sort_keys=True).encode())
             with open(self._path, "rb") as f:
-                while block := f.read(READ_BLOCK_BYTES * 4):
+                while block := f.read(1 << 20):
                     h.update(block)
             self._fingerprint = h.hexdigest()
         return self._fingerprint

@@ -20,7 +20,7 @@ from workloads.compressed import compression
 from workloads.errors import WorkloadError
 
 # Text is decoded in blocks of this size: the memory of a streamed read, whatever the file's size.
-READ_BLOCK_BYTES = 1 << 20
+READ_BLOCK_BYTES = 1 << 16  # small: each block is decoded and split on the event loop of a worker
 
 
 class TraceRow(NamedTuple):
