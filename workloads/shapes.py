@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import attrgetter
 from typing import Any
 
 from workloads.blocks import split_blocks
@@ -89,7 +89,7 @@ def session_shapes(
     if rows is not None and getattr(workload, "record", None) is None:
         # (record, time_s) of each TraceRow, taken in C: no Python frame per row.
         records: Iterator[tuple[dict[str, Any] | None, float | None]] = map(
-            itemgetter(2, 1), itertools.islice(rows(), n)
+            attrgetter("record", "time_s"), itertools.islice(rows(), n)
         )
     else:
         records = _held(workload, n)
