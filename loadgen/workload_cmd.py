@@ -80,8 +80,12 @@ def anonymize_command(
     wl = _load(name, fmt, workload_options, tokenizer)
     if num_sessions is None and getattr(wl, "rows", None) is None and wl.num_sessions is None:
         num_sessions = 100  # a spec: as many as export writes
+    progress = _progress(name, "anonymize")
     try:
-        n = write_anonymized(wl, seed, num_sessions, output, block_size=block_size)
+        n = write_anonymized(wl, seed, num_sessions, output, block_size=block_size, progress=progress)
     except WorkloadError as e:
         raise UserError(str(e)) from None
+    finally:
+        if progress is not None:
+            progress.done()
     click.echo(f"wrote {n} anonymised sessions to {output} (blocks of {block_size} tokens, a fresh salt)")

@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,9 +201,11 @@ def write_anonymized(
     *,
     block_size: int = DEFAULT_BLOCK_SIZE,
     salt: bytes | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> int:
     """Write ``workload``'s sessions anonymised to the session file ``path`` (atomically: a
-    temporary file beside it, then renamed); a fresh salt unless given. Returns the sessions written."""
+    temporary file beside it, then renamed); a fresh salt unless given. Returns the sessions
+    written; ``progress(k)`` is called every 4096 sessions."""
     path = Path(path)
     key = salt if salt is not None else new_salt()
     tmp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
@@ -215,6 +217,8 @@ def write_anonymized(
                 f.write(json.dumps(anonymized_record(s), separators=(",", ":")))
                 f.write("\n")
                 written += 1
+                if progress is not None and not written & 4095:
+                    progress(written)
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
