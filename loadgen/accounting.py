@@ -58,9 +58,13 @@ class Accounting:
     def plan(cls, cfg: RunConfig, schedule: Schedule | None, workload: Any) -> Accounting:
         if schedule is None:  # closed loop: as many sessions as the agents get through
             limit = cfg.num_sessions
-            if workload.num_sessions is not None:
-                limit = workload.num_sessions if limit is None else min(limit, workload.num_sessions)
-            return cls(None if cfg.duration_s is not None else limit, workload.num_sessions, mode="closed-loop")
+            # A streamed trace is read only as far as --num-sessions (unbounded otherwise: its agents
+            # stop at its end).
+            streamed = getattr(workload, "streams_sessions", False)
+            held = workload.sessions_available(at_most=limit) if not streamed or limit else None
+            if held is not None:
+                limit = held if limit is None else min(limit, held)
+            return cls(None if cfg.duration_s is not None else limit, held, mode="closed-loop")
         # A streamed schedule of a whole file is counted during the run (planned None until then:
         # loadgen.plan_stream.count_in_background).
         return cls(schedule.planned, schedule.available, list(schedule.cut_by), schedule=schedule)

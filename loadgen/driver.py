@@ -405,7 +405,9 @@ class Driver:
         cfg = self.plan.config
         concurrency = int(cfg.concurrency or 0)
         limit = cfg.num_sessions
-        if self.workload.num_sessions is not None:
+        if getattr(self.workload, "streams_sessions", False):
+            pass  # a streamed trace is not counted here: an agent stops at its end (_agent)
+        elif self.workload.num_sessions is not None:
             limit = self.workload.num_sessions if limit is None else min(limit, self.workload.num_sessions)
         deadline_ns = None if cfg.duration_s is None else self.t0_ns + int(cfg.duration_s * 1e9)
         sleep_until_ns(self.t0_ns)
@@ -418,7 +420,10 @@ class Driver:
             now = time.perf_counter_ns()
             if deadline_ns is not None and now >= deadline_ns:
                 return
-            session = self.workload.session(self.plan.config.seed, index)
+            try:
+                session = self.workload.session(self.plan.config.seed, index)
+            except WorkloadError:  # past a streamed trace's last row (or a bad row: the master names it)
+                return
             self.sessions_started += 1
             run_session(self.ctx, session, now)
             index += concurrency

@@ -124,9 +124,21 @@ def off_the_loop(fn: Any, *args: Any) -> Any:
     Reading a large trace or dataset holds the CPU for seconds; on the event loop that would stop
     Locust's heartbeats (the master would take the worker for lost, the worker its master) and
     every message. In a thread the loop keeps running: the GIL is handed over every few ms.
-    Only pure work goes there (parsing, numpy), never a gevent socket.
+    Only pure work goes there (parsing, numpy), never a gevent socket. An exception is raised
+    here, in the caller (the pool would also print it as a traceback: a user's bad file is one
+    line, never a traceback).
     """
-    return gevent.get_hub().threadpool.apply(fn, args)
+
+    def call() -> tuple[bool, Any]:
+        try:
+            return False, fn(*args)
+        except Exception as e:  # re-raised below, in the caller's greenlet
+            return True, e
+
+    failed, value = gevent.get_hub().threadpool.apply(call)
+    if failed:
+        raise value
+    return value
 
 
 class LoadgenRuntime:
@@ -387,7 +399,8 @@ class LoadgenRuntime:
         schedule = None if cfg.concurrency else off_the_loop(global_schedule, cfg, workload)
         if schedule is not None:
             check_session_count(cfg.num_sessions, schedule.available, "the trace" if cfg.arrival == "trace" else "the workload")
-        self.accounting = Accounting.plan(cfg, schedule, workload)
+        # Off the loop: a closed loop over a streamed trace counts its rows.
+        self.accounting = off_the_loop(Accounting.plan, cfg, schedule, workload)
         if self.role == "master":
             cfg.workload_pull_bytes = shipped_size(cfg)  # a worker without the file pulls it
         self._count_greenlet = count_in_background(schedule, self.accounting, self._stop_on_bad_trace)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from workloads.workload import Workload, check_seed_index
 # Files at least this large are streamed when the reader can (smaller ones are read whole: cheap,
 # and they may be in any order). A 10-million-row Azure trace is ~400 MB; 8 MiB is ~200k rows.
 STREAM_MIN_BYTES = 8 * 1024 * 1024
+RECENT_ROWS = 4096  # records session() keeps behind its read position
 
 
 class StreamedTraceWorkload(RecordSessions, Workload):
@@ -66,6 +68,12 @@ class StreamedTraceWorkload(RecordSessions, Workload):
         self._tenants = (first.record.get("tenant") or options.get("tenant") or DEFAULT_TENANT,)
         self._count: int | None = None
         self._fingerprint: str | None = None
+        self._cursor: Iterator[TraceRow] | None = None  # session(): the rows read on from here
+        self._cursor_next = 0
+        self._recent: OrderedDict[int, dict[str, Any]] = OrderedDict()
+
+    # Sessions come from rows() in order; session(seed, index) reads on from the last one asked.
+    streams_sessions = True
 
     def _first_row(self) -> TraceRow:
         rows = self._reader.iter_rows(self._path, self.options, tokenizer=self.tokenizer)
@@ -129,12 +137,27 @@ class StreamedTraceWorkload(RecordSessions, Workload):
         return times - times[0] if len(times) else times
 
     def session(self, seed: int, index: int) -> Any:
+        """Session ``index``, read on from the last one asked for: agents of a closed loop ask in
+        nearly increasing order, so the file is read about once (the last ``RECENT_ROWS`` rows
+        are kept; an index before them reads from the start again)."""
         check_seed_index(seed, index, None, where=self.source)
-        for k, row in enumerate(self.rows()):
-            if k == index:
-                return self.record_session(seed, index, row.record)
-        check_seed_index(seed, index, self.num_sessions, where=self.source)
-        raise AssertionError("unreachable")
+        rec = self._recent.get(index)
+        if rec is None:
+            if self._cursor is None or index < self._cursor_next - RECENT_ROWS:
+                self._cursor, self._cursor_next = self.rows(), 0
+                self._recent.clear()
+            while self._cursor_next <= index:
+                row = next(self._cursor, None)
+                if row is None:  # past the last row: the file holds _cursor_next sessions
+                    self._count = self._cursor_next
+                    self._cursor = None
+                    check_seed_index(seed, index, self._count, where=self.source)
+                self._recent[self._cursor_next] = row.record  # type: ignore[union-attr]
+                self._cursor_next += 1
+                if len(self._recent) > RECENT_ROWS:
+                    self._recent.popitem(last=False)
+            rec = self._recent[index]
+        return self.record_session(seed, index, rec)
 
     def fingerprint(self) -> str:
         """sha256 over the reader, its options, the tokenizer and the file's bytes (one pass in C;

@@ -197,3 +197,16 @@ def test_a_whole_file_replay_is_counted_in_a_thread_and_a_bad_row_found_there_is
     bad = global_schedule(cfg_for(path), streamed("azure", path))
     count_in_background(bad, Accounting.plan(cfg, bad, None), errors.append).join(timeout=30)
     assert len(errors) == 1 and "t.csv line 4: timestamp is 0.5 s before line 3's" in errors[0]
+
+
+def test_sessions_by_index_read_on_and_stop_past_the_last_row(monkeypatch):
+    import workloads.streamed as streamed_mod
+
+    monkeypatch.setattr(streamed_mod, "RECENT_ROWS", 8)
+    path = FIX / "azure.csv"
+    whole, wl = load_workload(path), streamed("azure", path)
+    # Nearly increasing, as closed-loop agents ask; then back before the kept rows; then past the end.
+    for index in (0, 2, 1, 5, 3, 40, 36, 199, 7):
+        assert wl.session(3, index) == whole.session(3, index)
+    with pytest.raises(WorkloadError, match=r"session index 200 is out of range; the file holds 200 sessions"):
+        wl.session(3, 200)
