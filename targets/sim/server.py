@@ -423,6 +423,14 @@ class SimServer:
                     return resp
                 rec.completion_tokens = avail  # may not all have reached the client
                 return self._client_gone(rec, seq, resp)
+            if not last and (sent == 0 or sent <= r < avail):
+                # The write happened between t and now: on a busy machine the sim can lose the CPU
+                # in between, and a test bounds the client's times by both stamps.
+                t_written = perf_ns()
+                if sent == 0:
+                    rec.t_first_token_written_ns = t_written
+                if sent <= r < avail:
+                    rec.t_first_output_written_ns = t_written
             sent = avail
         if sent < n:  # aborted while waiting (server shutting down)
             return resp

@@ -59,6 +59,11 @@ class TruthRecord:
     reasoning_tokens: int = 0
     t_first_output_ns: int | None = None
     prompt_reasoning_words: int = 0
+    # perf_counter_ns right after the write of the first token and of the first answer token
+    # returned: that write happened between the two stamps (the CPU can be lost in between on a
+    # busy machine). None for a write that was the last (the record was complete before it).
+    t_first_token_written_ns: int | None = None
+    t_first_output_written_ns: int | None = None
     # Where the reply ends (profile eos_lengths): "stop" before max_tokens at the drawn length,
     # "length" at max_tokens; eos_length is the length drawn (None without eos_lengths).
     finish_reason: str | None = None
