@@ -1204,7 +1204,11 @@ class LoadgenRuntime:
         doc = self._run_info_doc.get("workload")
         if workload is None or not isinstance(doc, dict) or doc.get("fingerprint") is not None:
             return
-        doc["fingerprint"] = off_the_loop(workload.fingerprint)
+        try:
+            doc["fingerprint"] = off_the_loop(workload.fingerprint)
+        except OSError as e:  # the file went away since the start: the run goes on, unpaired
+            log.warning("%s: cannot hash the workload for run.json (%s)", doc.get("source"), e.strerror or e)
+            return
         if self.writer is not None:
             self.writer.update_run(workload=doc)
 
