@@ -19,6 +19,28 @@ pytestmark = pytest.mark.slow
 REASONING = 6
 
 
+def ttfot_excess_ms(rec, tr: dict) -> float | None:
+    """How far the client's TTFOT - TTFT falls outside what the sim's truth allows, in ms (0 when
+    inside); None when the client could not time it to the chunk.
+
+    The sim stamps each write just before and just after it (``t_first_token_ns`` /
+    ``t_first_token_written_ns``, ``t_first_output_ns`` / ``t_first_output_written_ns``): on a busy
+    machine it can lose the CPU in between, and the write happened somewhere in that interval. A
+    chunk read in one recv with the next shares that recv's (later) kernel stamp, a coalesced read
+    that loadgen reports ("ITL a lower bound"): such a first or first answer chunk (a zero gap
+    after it; chunk i is token i, one token a chunk) has no time of its own, and gives None.
+    """
+    gaps, answer_at = rec.itl_us, rec.reasoning_tokens
+    if rec.chunk_tokens is not None or (gaps and gaps[0] == 0) or (answer_at < len(gaps) and gaps[answer_at] == 0):
+        return None
+    first_after = tr["t_first_token_written_ns"] or tr["t_first_token_ns"]
+    output_after = tr["t_first_output_written_ns"] or tr["t_first_output_ns"]
+    lo_us = (tr["t_first_output_ns"] - first_after) / 1000
+    hi_us = (output_after - tr["t_first_token_ns"]) / 1000
+    client_us = rec.ttfot_us - rec.ttft_us
+    return ((client_us - hi_us) if client_us > hi_us else min(0.0, client_us - lo_us)) / 1000
+
+
 def test_ttfot_and_reasoning_tokens_match_the_sims_truth(tmp_path, capsys) -> None:
     results = tmp_path / "results"
     args = ("--profile", "tiny", "--time-scale", "10", "--seed", "7", "--reasoning-tokens", str(REASONING))
@@ -33,7 +55,7 @@ def test_ttfot_and_reasoning_tokens_match_the_sims_truth(tmp_path, capsys) -> No
     assert len(recs) >= 20 and all(rec.ok for rec in recs)
     assert any(rec.turn_index > 0 for rec in recs)  # follow-ups carry the history
 
-    ttfot_err_ms, extra_ms = [], []
+    ttfot_err_ms, extra_ms, excess_ms = [], [], []
     for rec in recs:
         tr = t[rec.request_id]
         r_expected = min(REASONING, rec.max_tokens - 1)
@@ -45,6 +67,7 @@ def test_ttfot_and_reasoning_tokens_match_the_sims_truth(tmp_path, capsys) -> No
         ttfot_err_ms.append(abs(rec.ttfot_us - sim_ttfot_us) / 1000)
         sim_extra_us = (tr["t_first_output_ns"] - tr["t_first_token_ns"]) / 1000
         extra_ms.append((rec.ttfot_us - rec.ttft_us - sim_extra_us) / 1000)
+        excess_ms.append(ttfot_excess_ms(rec, tr))
         if r_expected:
             assert rec.ttfot_us > rec.ttft_us
         names = {m for m, _ in metric_values(rec)}
@@ -62,7 +85,11 @@ def test_ttfot_and_reasoning_tokens_match_the_sims_truth(tmp_path, capsys) -> No
         )
     assert percentile(ttfot_err_ms, 50) <= 1.0
     assert percentile(ttfot_err_ms, 99) <= 5.0
-    assert max(abs(x) for x in extra_ms) <= 2.0  # both clocks at chunks: per-gap ITL margin
+    # Both clocks at chunks: the per-gap ITL margin, against the interval the sim's stamps bound,
+    # over the requests whose chunks were not read coalesced (few in a healthy, exit-0 run).
+    timed = [x for x in excess_ms if x is not None]
+    assert len(timed) >= 3 * len(excess_ms) // 4, excess_ms
+    assert max(abs(x) for x in timed) <= 2.0, timed
 
     summary = (run_dir(results) / "summary.json").read_text()
     assert '"ttfot"' in summary and '"tpot_output"' in summary
