@@ -24,7 +24,9 @@ def target_identity(cfg: RunConfig) -> dict[str, Any]:
         tls = None
         if cfg.target_url.startswith("https:"):
             tls = tls_context(cfg.ca_cert, cfg.insecure_tls, ca_pem=cfg.ca_cert_pem)
-        return read_identity(cfg.target_url, cfg.adapter, timeout_s=3.0, ssl_context=tls)
+        # The key as ``loadgen run``'s preflight sends it: a keyed server refuses /v1/models without it.
+        api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
+        return read_identity(cfg.target_url, cfg.adapter, timeout_s=3.0, ssl_context=tls, api_key=api_key)
     except Exception as e:
         return {"error": str(e)}
 
