@@ -32,6 +32,8 @@ from typing import Any
 
 import orjson
 
+from workloads.tokenizer import count_tokens
+
 from .base import (
     Adapter,
     BadChunk,
@@ -123,9 +125,17 @@ class AnthropicMessagesAdapter(Adapter):
         text = "".join(
             text_or_empty(b.get("text")) for b in content if type(b) is dict and b.get("type") == "text"
         )
+        thinking = "".join(
+            text_or_empty(b.get("thinking")) for b in content if type(b) is dict and b.get("type") == "thinking"
+        )
         generated = bool(text) or any(type(b) is dict and b.get("type") in ("thinking", "tool_use") for b in content)
         u = obj.get("usage")
         usage = _usage(u, u) if type(u) is dict else None
+        if thinking:
+            # The API reports no reasoning count (thinking is billed inside output_tokens): the
+            # thinking text's tokens by the shared tokenizer, as the stream counts its deltas.
+            usage = usage or Usage()
+            usage.reasoning_tokens = count_tokens(thinking)
         tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else int(generated)
         return StreamEvent(tokens=tokens, text=text, usage=usage, done=True)
 

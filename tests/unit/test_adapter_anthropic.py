@@ -195,11 +195,22 @@ def test_non_streaming_reply():
         }
     )
     ev = AnthropicMessagesAdapter().parse_response(body)
-    assert (ev.tokens, ev.text, ev.done, ev.usage) == (12, "Four.", True, Usage(15, 12, 5))
+    assert (ev.tokens, ev.text, ev.done, ev.usage) == (12, "Four.", True, Usage(15, 12, 5, 1))
     err = AnthropicMessagesAdapter().parse_response(
         b'{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}'
     )
     assert err.error_code == 429
+
+
+def test_a_non_streamed_replys_thinking_counts_as_reasoning_tokens():
+    # The API reports no reasoning count: the thinking text's tokens (the shared tokenizer), as a
+    # stream counts one per thinking delta; 0 reasoning tokens without a thinking block.
+    blocks = [{"type": "thinking", "thinking": " ponder ponder ponder", "signature": "s"}, {"type": "text", "text": " ok"}]
+    usage = {"input_tokens": 7, "output_tokens": 4}
+    ev = AnthropicMessagesAdapter().parse_response(orjson.dumps({"type": "message", "content": blocks, "usage": usage}))
+    assert ev.usage.reasoning_tokens == 3 and ev.usage.completion_tokens == 4 and ev.text == " ok"
+    plain = orjson.dumps({"type": "message", "content": blocks[1:], "usage": usage})
+    assert AnthropicMessagesAdapter().parse_response(plain).usage.reasoning_tokens is None
 
 
 def test_a_typeless_line_is_an_error_object_or_a_bad_chunk():
