@@ -16,7 +16,7 @@ from typing import Any
 from workloads.compressed import data_suffix
 from workloads.errors import WorkloadError
 from workloads.readers import available_readers, get_reader, parse_workload_options, read_workload_file
-from workloads.readers.stream import first_line
+from workloads.readers.stream import first_line, iter_json_array_blocks, iter_text_blocks
 from workloads.spec import load_spec
 from workloads.streamed import STREAM_MIN_BYTES, StreamedTraceWorkload, should_stream
 from workloads.synthetic import SyntheticWorkload
@@ -103,12 +103,17 @@ def _large_file_format(path: Path) -> str | None:
     """The format of a large file whose reader iterates rows, told from its first line (as
     ``detect_format`` tells it, without reading the file whole); None: leave it to ``detect_format``."""
     line = first_line(path, "workload file").strip()
-    if line.startswith("{"):
+    if line.startswith("["):
         try:
-            first: Any = json.loads(line)
+            first: Any = next(iter_json_array_blocks(path, iter_text_blocks(path, "workload file")), (0, None))[1]
+        except WorkloadError:
+            return None
+    elif line.startswith("{"):
+        try:
+            first = json.loads(line)
         except json.JSONDecodeError:
             return None
-    elif line and not line.startswith("["):
+    elif line:
         first = next(csv.reader([line]), None)
     else:
         return None

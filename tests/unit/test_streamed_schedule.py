@@ -24,12 +24,17 @@ from workloads.compressed import read_text
 from workloads.errors import WorkloadError
 from workloads.readers import get_reader
 from workloads.readers import stream as stream_mod
-from workloads.readers.stream import iter_text_lines
+from workloads.readers.base import iter_json_array
+from workloads.readers.stream import iter_json_array_blocks, iter_text_lines
 from workloads.streamed import StreamedTraceWorkload
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "datasets"
 # (mooncake_aiperf.jsonl is out of time order: a streamed read refuses it, the whole-file one sorts it)
-TRACES = [("azure", "azure.csv"), ("burstgpt", "burstgpt.csv"), ("mooncake", "mooncake.jsonl"), ("sharegpt", "openai_chat.jsonl")]
+TRACES = [
+    ("azure", "azure.csv"), ("burstgpt", "burstgpt.csv"), ("mooncake", "mooncake.jsonl"),
+    ("sharegpt", "openai_chat.jsonl"), ("sharegpt", "sharegpt.json"), ("sharegpt", "fastchat.json"),
+    ("sharegpt", "llamafactory.json"),
+]  # fmt: skip
 
 
 def streamed(fmt: str, path: Path, options: dict[str, str] | None = None) -> StreamedTraceWorkload:
@@ -210,3 +215,38 @@ def test_sessions_by_index_read_on_and_stop_past_the_last_row(monkeypatch):
         assert wl.session(3, index) == whole.session(3, index)
     with pytest.raises(WorkloadError, match=r"session index 200 is out of range; the file holds 200 sessions"):
         wl.session(3, 200)
+
+
+def _chunks(text: str, size: int):
+    return iter([text[i : i + size] for i in range(0, len(text), size)])
+
+
+@pytest.mark.parametrize("name", ["sharegpt.json", "fastchat.json", "llamafactory.json"])
+def test_json_arrays_read_in_blocks_give_the_whole_text_elements_and_lines(name):
+    path = FIX / name
+    text = read_text(path, "dataset")
+    whole = list(iter_json_array(path, text))
+    for size in (1, 7, 64, 4096, len(text)):
+        assert list(iter_json_array_blocks(path, _chunks(text, size))) == whole
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1}',
+        '[\n  {"a": 1},\n  {"a": 2,,}\n]',
+        '[\n  {"a": 1}\n  {"a": 2}\n]',
+        '[\n  {"a": 1},\n  {"a": "cut',
+        '[\n  {"a": 1},\n',
+        "[\n 12,\n 345\n",
+        "  \n",
+    ],
+)
+def test_json_array_errors_read_in_blocks_are_the_whole_text_errors(tmp_path, text):
+    path = tmp_path / "d.json"
+    with pytest.raises(WorkloadError) as want:
+        list(iter_json_array(path, text))
+    for size in (1, 3, 1000):
+        with pytest.raises(WorkloadError) as got:
+            list(iter_json_array_blocks(path, _chunks(text, size)))
+        assert str(got.value) == str(want.value)

@@ -49,13 +49,12 @@ from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.readers.base import (
     WorkloadReader,
-    iter_json_array,
     option_duration,
     option_int,
     short,
     whole_number,
 )
-from workloads.readers.stream import TraceRow, iter_text_lines
+from workloads.readers.stream import TraceRow, iter_json_array_blocks, iter_text_blocks, lines_of
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -100,8 +99,8 @@ class ShareGPTReader(WorkloadReader):
         stats: dict[str, Any] | None = None,
     ) -> Iterator[TraceRow]:
         """The conversations kept, in file order, each validated as it is read; ``stats`` gathers
-        the counts ``read`` reports. A ``.jsonl`` file is read line by line; a JSON array is
-        parsed element by element from its whole text."""
+        the counts ``read`` reports. A ``.jsonl`` file is read line by line, a JSON array element
+        by element (``workloads.readers.stream``)."""
         where = str(path)
         self.check_options(options, where)
         min_turns = option_int(options, "min_turns", 1, where=where, at_least=1)
@@ -111,17 +110,17 @@ class ShareGPTReader(WorkloadReader):
         think = option_duration(options, "think_time", 0.0, where=where)
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
         assert min_turns is not None and min_prompt is not None
-        lines = iter_text_lines(path, "ShareGPT file")
+        blocks = iter_text_blocks(path, "ShareGPT file")
         head: list[str] = []
-        for line in lines:  # the first non-blank line tells a JSON array from JSON lines
-            head.append(line)
-            if line.strip():
+        for block in blocks:  # the first text tells a JSON array from JSON lines
+            head.append(block)
+            if block.strip():
                 break
+        text = itertools.chain(head, blocks)
         if "".join(head).lstrip().startswith("["):
-            text = "".join(head) + "".join(lines)
-            items: Iterator[tuple[int, Any]] = iter_json_array(path, text)
+            items: Iterator[tuple[int, Any]] = iter_json_array_blocks(path, text)
         else:
-            items = _json_lines(path, itertools.chain(head, lines))
+            items = _json_lines(path, lines_of(text))
         # ShareGPT dumps repeat ids (a long chat split in parts): kept apart by a count per id.
         seen_ids: dict[str, int] = {}
         dropped = {"no_reply": 0, "min_turns": 0, "max_turns": 0, "min_prompt_tokens": 0, "max_prompt_tokens": 0}

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -58,10 +59,10 @@ def _open_binary(path: Path, what: str) -> IO[bytes]:
         return dctx.stream_reader(raw)
 
 
-def iter_text_lines(path: str | Path, what: str) -> Iterator[str]:
-    """The file's lines (UTF-8, a BOM allowed; ``\\r\\n`` and ``\\r`` read as ``\\n``), decompressed
-    as they are read; each line keeps its ``\\n``. One-line ``WorkloadError``s, as ``read_text``'s.
-    """
+def iter_text_blocks(path: str | Path, what: str) -> Iterator[str]:
+    """The file's text (UTF-8, a BOM allowed; ``\r\n`` and ``\r`` read as ``\n``), decompressed as
+    it is read, in blocks of whole lines (the last may lack its ``\n``). One-line
+    ``WorkloadError``s, as ``read_text``'s."""
     path = Path(path)
     try:
         import zstandard
@@ -100,16 +101,102 @@ def iter_text_lines(path: str | Path, what: str) -> Iterator[str]:
                 text = pending + text
                 if "\r" in text:
                     text = text.replace("\r\n", "\n").replace("\r", "\n")
-                lines = text.split("\n")
-                pending = lines.pop() + carry
-                for line in lines:
-                    yield line + "\n"
                 if not block:
+                    if text:
+                        yield text
                     break
+                cut = text.rfind("\n") + 1
+                pending = text[cut:] + carry
+                if cut:
+                    yield text[:cut]
     finally:
         binary.close()
-    if pending:
-        yield pending
+
+
+def lines_of(blocks: Iterable[str]) -> Iterator[str]:
+    """The lines of ``iter_text_blocks``' blocks, each with its ``\n`` (the file's last may lack it)."""
+    for block in blocks:
+        lines = block.split("\n")
+        last = lines.pop()
+        for line in lines:
+            yield line + "\n"
+        if last:
+            yield last
+
+
+def iter_text_lines(path: str | Path, what: str) -> Iterator[str]:
+    """The file's lines, read incrementally (``iter_text_blocks``); each keeps its ``\n``."""
+    return lines_of(iter_text_blocks(path, what))
+
+
+# An element of a JSON array larger than this is taken for a malformed one (the error is named
+# once this much text past its start has been read, not at the end of a large file).
+MAX_ELEMENT_CHARS = 64 << 20
+
+
+def iter_json_array_blocks(path: Path, blocks: Iterator[str]) -> Iterator[tuple[int, Any]]:
+    """(line number, element) of a top-level JSON array read from text blocks, one element at a
+    time, as ``base.iter_json_array`` gives them from a whole text (the same lines and errors).
+
+    Only the text from the current element's line on is held.
+    """
+    decoder = json.JSONDecoder()
+    buf = ""
+    line0 = 1  # the line buf[0] is on; buf always starts at a line's start
+    eof = False
+
+    def more(at_least: int = 1) -> bool:
+        """Read on, ``at_least`` characters if the text holds them; whether any were read."""
+        nonlocal buf, eof
+        had = len(buf)
+        while len(buf) < had + at_least and not eof:
+            block = next(blocks, None)
+            if block is None:
+                eof = True
+            else:
+                buf += block
+        return len(buf) > had
+
+    def skip_ws(pos: int) -> int:
+        while True:
+            n = len(buf)
+            while pos < n and buf[pos] in " \t\r\n":
+                pos += 1
+            if pos < n or not more():
+                return pos
+
+    pos = skip_ws(0)
+    if pos >= len(buf) or buf[pos] != "[":
+        raise WorkloadError(f"{path} line {line0 + buf.count(chr(10), 0, pos)}: not a JSON array; give a list of conversations")
+    pos = skip_ws(pos + 1)
+    if pos < len(buf) and buf[pos] == "]":
+        return
+    while True:
+        cut = buf.rfind("\n", 0, pos) + 1  # drop what is read, up to the element's line
+        if cut:
+            line0 += buf.count("\n", 0, cut)
+            buf, pos = buf[cut:], pos - cut
+        while True:
+            try:
+                obj, end = decoder.raw_decode(buf, pos)
+            except json.JSONDecodeError as e:
+                # Cut short by the block's end, or malformed: read on (twice the text) and retry.
+                if len(buf) - pos < MAX_ELEMENT_CHARS and more(max(len(buf), 1)):
+                    continue
+                raise WorkloadError(
+                    f"{path} line {line0 + e.lineno - 1}: not valid JSON ({e.msg} at column {e.colno})"
+                ) from None
+            if end < len(buf) or not more():  # a number at the very end may go on in the next block
+                break
+        yield line0 + buf.count("\n", 0, pos), obj
+        pos = skip_ws(end)
+        if pos < len(buf) and buf[pos] == ",":
+            pos = skip_ws(pos + 1)
+            continue
+        if pos < len(buf) and buf[pos] == "]":
+            return
+        at = line0 + buf.count("\n", 0, pos)
+        raise WorkloadError(f"{path} line {at}: expected ',' or ']' after an element; the JSON array is cut or malformed")
 
 
 class CsvTimes:
@@ -167,4 +254,13 @@ def first_line(path: Path, what: str) -> str:
         lines.close()
 
 
-__all__ = ["READ_BLOCK_BYTES", "CsvTimes", "TraceRow", "first_line", "iter_text_lines"]
+__all__ = [
+    "READ_BLOCK_BYTES",
+    "CsvTimes",
+    "TraceRow",
+    "first_line",
+    "iter_json_array_blocks",
+    "iter_text_blocks",
+    "iter_text_lines",
+    "lines_of",
+]
