@@ -88,6 +88,7 @@ from gevent import socket as gsocket
 from geventhttpclient.response import HTTPParseError, HTTPResponse
 
 from loadgen import stream_reader
+from loadgen.kernel_clock import kernel_stamps_agree
 from loadgen.stream_reader import StreamReader
 from targets.adapters.base import Adapter, BadChunk, PreparedRequest, StreamEvent, Usage
 
@@ -280,7 +281,7 @@ _unpack_timespec = struct.Struct("qq").unpack_from
 
 def enable_kernel_timestamps(sock: socket.socket) -> bool:
     """Ask the kernel to stamp received data (``SO_TIMESTAMPNS``); False where it can't."""
-    if not hasattr(sock, "recvmsg"):
+    if not hasattr(sock, "recvmsg") or not kernel_stamps_agree():
         return False
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
