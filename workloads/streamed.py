@@ -1,14 +1,15 @@
 """``StreamedTraceWorkload``: a large trace replayed as it is read, never held whole in memory.
 
-A trace whose sessions are its rows (Azure, BurstGPT, Mooncake: ``WorkloadReader.iter_rows``) is
-read row by row each time a pass needs it: the master's count of planned sessions, each worker's
-share of the arrivals. Memory is one block of text and the sessions in flight, whatever the file's
-size.
+A file whose sessions are its rows (Azure, BurstGPT, Mooncake traces, ShareGPT conversations:
+``WorkloadReader.iter_rows``) is read row by row each time a pass needs it: the master's count of
+planned sessions, each worker's share of the arrivals. Memory is one block of text and the
+sessions in flight, whatever the file's size.
 
 What a whole-file read gives, it keeps: session k is the k-th arrival and its record is the one
-the whole-file reader builds. That holds because such a file must be in time order (published
-traces are): rows are taken in file order, and a row earlier than the one before it is a one-line
-error naming its line (the whole-file reader sorts instead, which needs the whole file).
+the whole-file reader builds. For a trace that holds because such a file must be in time order
+(published traces are): rows are taken in file order, and a row earlier than the one before it
+is a one-line error naming its line (the whole-file reader sorts instead, which needs the whole
+file). A dataset without times is in file order either way.
 """
 
 from __future__ import annotations
