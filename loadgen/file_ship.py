@@ -92,8 +92,8 @@ class FileFetch:
                     chunk = self._chunks.get(timeout=CHUNK_TIMEOUT_S)
                 except Empty:
                     raise UserError(
-                        f"--workload: pulling the trace from the master stalled at {len(wanted)} of "
-                        f"{len(offsets)} chunks; copy it to the same path on this host"
+                        f"--workload: pulling the trace from the master stalled with {len(wanted)} of its "
+                        f"{len(offsets)} chunks still to come; copy it to the same path on this host"
                     ) from None
                 offset, data = int(chunk["offset"]), chunk.get("data") or b""
                 if offset not in wanted:
