@@ -16,6 +16,7 @@ def serving(source: Path, fetch_box: list, *, reverse: bool = False, drop_after:
     """A master that answers each pull from ``source`` (the answers delivered in reverse order of
     the window, duplicated, or stopped after ``drop_after`` pulls)."""
     pulls: list[int] = []
+    held: list[dict] = []
 
     def send(msg_type: str, data: dict) -> None:
         assert msg_type == MSG_FILE_PULL
@@ -26,9 +27,15 @@ def serving(source: Path, fetch_box: list, *, reverse: bool = False, drop_after:
         if shrink:
             chunk = chunk[:-1]
         answer = {"run_id": "r", "offset": data["offset"], "data": chunk}
-        fetch_box[0].on_chunk({"run_id": "other", "offset": 0, "data": b"x"})  # another run's: ignored
-        fetch_box[0].on_chunk(answer)
-        fetch_box[0].on_chunk(answer)  # a duplicate changes nothing
+        if reverse and len(pulls) <= ship.WINDOW:  # the first window's answers come last first
+            held.insert(0, answer)
+            if len(pulls) < ship.WINDOW:
+                return
+        for a in held or [answer]:
+            fetch_box[0].on_chunk({"run_id": "other", "offset": 0, "data": b"x"})  # another run's: ignored
+            fetch_box[0].on_chunk(a)
+            fetch_box[0].on_chunk(a)  # a duplicate changes nothing
+        held.clear()
 
     return send, pulls
 
@@ -38,7 +45,7 @@ def test_chunks_in_any_order_make_the_file_with_a_bounded_window(tmp_path, monke
     source = tmp_path / "azure.csv"
     source.write_bytes(bytes(range(256)) * 40 + b"tail")  # 10,244 bytes: 11 chunks, the last short
     box: list = []
-    send, pulls = serving(source, box)
+    send, pulls = serving(source, box, reverse=True)
     box.append(FileFetch(send, "r", str(source), source.stat().st_size))
     path = box[0].run()
     assert Path(path).name == "azure.csv" and Path(path).read_bytes() == source.read_bytes()
