@@ -76,7 +76,7 @@ from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
 from loadgen.stop_request import STOP_SIGNAL, take_sigterm
 from loadgen.verdict import EXIT_INCOMPLETE, Verdict, decide_verdict
-from loadgen.worker_clock import worker_wall_time
+from loadgen.worker_clock import CLOCK_GOOD_ERROR_S, CLOCK_PINGS, CLOCK_REFINE_WAIT_S, worker_wall_time
 from loadgen.worker_env import load_plan_workload
 from targets.quiet_gc import quiet_gc
 
@@ -111,11 +111,6 @@ TAKEOVER_LEAD_S = 0.5
 VERIFIED_WAIT_S = 60.0
 # A worker whose clock is off the master's by more than this is named in run.json's warnings.
 CLOCK_OFFSET_WARN_S = 0.010
-# A worker joining mid-run is measured with clock pings until one comes back within this error
-# bound, or CLOCK_PINGS have: a worker busy with Locust's start message answers late, and a
-# late answer is an inexact one. The best (least error) sample anchors it.
-CLOCK_GOOD_ERROR_S = 0.002
-CLOCK_PINGS = 8
 
 
 def off_the_loop(fn: Any, *args: Any) -> Any:
@@ -455,9 +450,30 @@ class LoadgenRuntime:
             self._preparing = False
             self._fatal("run incomplete: no worker could load the plan", EXIT_INCOMPLETE)
             return
+        self._refine_clocks()
         rtts = [r["rtt_s"] for r in self._ready.values() if r.get("rtt_s") is not None]
         lead = max(START_LEAD_LOCAL_S, 3 * max(rtts, default=0.0))
         self._go(time.time() + lead)
+
+    def _refine_clocks(self) -> None:
+        """Wait (at most CLOCK_REFINE_WAIT_S) for the pings that refine the READY clock samples,
+        then anchor each worker on its best sample."""
+        deadline = time.monotonic() + CLOCK_REFINE_WAIT_S
+
+        def measuring(wid: str) -> bool:
+            best = self._clock.get(wid)
+            return (
+                best is not None
+                and best["clock_offset_error_s"] > CLOCK_GOOD_ERROR_S
+                and self._clock_pings.get(wid, CLOCK_PINGS) < CLOCK_PINGS
+            )
+
+        while any(measuring(w) for w in self._ready) and time.monotonic() < deadline and not self._stopping_requested:
+            gevent.sleep(0.005)
+        for wid, info in self._ready.items():
+            best = self._clock.get(wid)
+            if best is not None and "clock_offset_error_s" in info:
+                info.update(best, clock_samples=1 + self._clock_pings.get(wid, 0))
 
     def _go(self, t0_unix_s: float) -> None:
         """The run's clock starts at ``t0_unix_s``: results open, workers are told, timers start."""
@@ -779,6 +795,11 @@ class LoadgenRuntime:
             # NTP's four stamps: the worker's clock minus the master's, to within half the round trip.
             info["clock_offset_s"] = round(((t1w - t0m) + (t2w - t3m)) / 2, 6)
             info["clock_offset_error_s"] = round(max(0.0, (t3m - t0m) - (t2w - t1w)) / 2, 6)
+            # The READY answer is the first sample; pings refine it before the start (_on_clock).
+            self._clock[wid] = {k: info[k] for k in ("clock_offset_s", "clock_offset_error_s")}
+            self._clock_pings[wid] = 0
+            if info["clock_offset_error_s"] > CLOCK_GOOD_ERROR_S:
+                self._ping(wid)
         self._ready[wid] = info
 
     def _on_done(self, environment: Any, msg: Any, **_: Any) -> None:
@@ -895,7 +916,8 @@ class LoadgenRuntime:
             self._clock[wid] = best = clock
         pings = self._clock_pings[wid] = self._clock_pings.get(wid, 0) + 1
         if best["clock_offset_error_s"] > CLOCK_GOOD_ERROR_S and pings < CLOCK_PINGS:
-            gevent.spawn_later(0.1, self._ping, wid)
+            # Before the start the worker is idle (it sent READY): the pings can come closer.
+            gevent.spawn_later(0.02 if self._preparing else 0.1, self._ping, wid)
             return
         if self.config is None or self.writer is None or wid in self.slots or wid in self.standby:
             return

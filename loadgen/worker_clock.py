@@ -12,6 +12,15 @@ import time
 
 OFFSET_ENV = "LOADGEN_WORKER_CLOCK_OFFSET_S"
 
+# The master measures a worker's clock with pings (after its READY at the start, at its join
+# mid-run) until one comes back within this error bound, or CLOCK_PINGS have: a worker busy loading
+# its plan or with Locust's start message answers late, and a late answer is an inexact one (seen:
+# +335.8 +/- 36.3 ms for a +300 ms skew from READY alone on a busy machine). The best (least
+# error) sample anchors it. The start waits at most CLOCK_REFINE_WAIT_S for the pings.
+CLOCK_GOOD_ERROR_S = 0.002
+CLOCK_PINGS = 8
+CLOCK_REFINE_WAIT_S = 0.5
+
 
 def _offset() -> float:
     try:

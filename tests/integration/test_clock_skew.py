@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from loadgen.worker_clock import CLOCK_GOOD_ERROR_S, CLOCK_PINGS
 from tests.conftest import free_port
 
 from .runs import LOADGEN, records, sim, truth
@@ -38,6 +39,9 @@ def test_a_worker_with_a_skewed_clock_is_measured_and_sends_on_time(tmp_path) ->
     [worker] = info["workers"]
     assert abs(worker["clock_offset_s"] - SKEW_S) < 0.010, worker
     assert 0 <= worker["clock_offset_error_s"] < 0.010, worker
+    # The READY sample is refined by pings before the start, until one is within 2 ms or 8 came.
+    assert worker["clock_samples"] >= 1, worker
+    assert worker["clock_offset_error_s"] <= CLOCK_GOOD_ERROR_S or worker["clock_samples"] == 1 + CLOCK_PINGS, worker
     assert any(f"{worker['id']}'s clock is +" in w for w in info["warnings"]), info["warnings"]
     assert "ms off the master's" in master_log
 
