@@ -31,6 +31,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens whatever the profile's eos_lengths
+    tool_names: tuple[str, ...] = ()  # the function tools the request offers, in its order
 
 
 def parse_request(
@@ -46,8 +47,10 @@ def parse_request(
     """
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    tools: list[dict[str, Any]] = []
     if endpoint == CHAT:
-        text = render_tools(_tools(body.get("tools"))) + render_chat(_messages(body.get("messages")))
+        tools = _tools(body.get("tools"))
+        text = render_tools(tools) + render_chat(_messages(body.get("messages")))
     elif endpoint == COMPLETIONS:
         text = _prompt(body.get("prompt"))
     elif endpoint in (MESSAGES, RESPONSES):
@@ -82,7 +85,12 @@ def parse_request(
         include_usage = options.get("include_usage", False)
         if not isinstance(include_usage, bool):
             raise BadRequest("stream_options.include_usage must be true or false")
-    return GenerationRequest(endpoint, ids, max_tokens, stream, include_usage, _ignore_eos(body))
+    return GenerationRequest(endpoint, ids, max_tokens, stream, include_usage, _ignore_eos(body), _names(tools))
+
+
+def _names(tools: list[dict[str, Any]] | None) -> tuple[str, ...]:
+    """The names of chat-shaped function ``tools`` (validated by ``_tools``)."""
+    return tuple(t["function"]["name"] for t in tools or ())
 
 
 def _messages(raw: Any) -> list[dict[str, Any]]:
@@ -164,7 +172,8 @@ def _parse_event_api(
     """``/v1/messages`` or ``/v1/responses``: the body seen as a chat request (``chat_view``), so
     the same conversation is the same prompt tokens on every API. Usage is always sent."""
     view = chat_view(endpoint, body, history)
-    text = render_tools(_tools(view["tools"])) + render_chat(_messages(view["messages"]))
+    tools = _tools(view["tools"])
+    text = render_tools(tools) + render_chat(_messages(view["messages"]))
     ids = token_ids(text)
     if not ids:
         raise BadRequest("the prompt has no tokens")
@@ -181,7 +190,7 @@ def _parse_event_api(
         stream = False
     if not isinstance(stream, bool):
         raise BadRequest(f"stream must be true or false (got {stream!r})")
-    return GenerationRequest(endpoint, ids, max_tokens, stream, True, _ignore_eos(body))
+    return GenerationRequest(endpoint, ids, max_tokens, stream, True, _ignore_eos(body), _names(tools))
 
 
 def _ignore_eos(body: dict) -> bool:

@@ -20,6 +20,7 @@ from targets.sim.answers import AnswersError, load_answers
 from targets.sim.faults import FaultConfig
 from targets.sim.profile import Profile, ProfileError, profile_names, resolve_profile
 from targets.sim.server import EngineCrashed, SimConfig, SimServer, serve
+from targets.sim.tool_calls import ToolCalls
 
 LISTENING_PREFIX = "loadgen-sim listening on "
 _PROBABILITY = click.FloatRange(0.0, 1.0)
@@ -65,6 +66,25 @@ def _eos_lengths(_ctx: click.Context, param: click.Parameter, value: str | None)
         raise click.BadParameter(str(e).removeprefix("--eos-lengths: eos_lengths: "), param=param) from None
 
 
+def _tool_calls(_ctx: click.Context, param: click.Parameter, value: str | None):
+    """A JSON object for ``tool_calls``, checked as a profile's would be."""
+    if value is None:
+        return None
+    import orjson
+
+    from targets.sim.tool_calls import ToolCallsError, parse_tool_calls
+
+    try:
+        raw = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise click.BadParameter(f"{value!r} is not JSON; use e.g. '{{\"fraction\": 0.5, \"tool\": \"run_tests\"}}'",
+                                 param=param) from None  # fmt: skip
+    try:
+        return parse_tool_calls(raw, "--tool-calls")
+    except ToolCallsError as e:
+        raise click.BadParameter(str(e).removeprefix("--tool-calls: tool_calls").lstrip(":. "), param=param) from None
+
+
 @click.command(
     "sim",
     help="Start a simulated LLM inference engine (OpenAI-compatible, streaming) on 127.0.0.1.",
@@ -107,6 +127,9 @@ def _eos_lengths(_ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--eos-lengths", "eos_lengths", default=None, metavar="JSON", callback=_eos_lengths,
               help='Natural reply lengths, e.g. \'{"dist": "lognormal", "median": 120, "sigma": 0.8}\': replies '
                    "end with stop at a drawn length below max_tokens; default: the profile's.")
+@click.option("--tool-calls", "tool_calls", default=None, metavar="JSON", callback=_tool_calls,
+              help='Tool-call replies, e.g. \'{"fraction": 0.5, "tool": "run_tests"}\': that share of replies to '
+                   "requests that offer tools call one, with the reply's tokens as arguments; default: the profile's.")
 @click.option("--preemption/--no-preemption", default=None,
               help="KV blocks on demand, preempting the newest request under pressure; default: the profile's.")
 @click.option("--measure-cold-start", "measure_launches", type=click.IntRange(min=1), default=None, metavar="N",
@@ -130,6 +153,7 @@ def sim_command(
     wrong_answers: bool,
     reasoning_tokens: int | None,
     eos_lengths: dict | None,
+    tool_calls: ToolCalls | None,
     preemption: bool | None,
     measure_launches: int | None,
 ) -> None:
@@ -137,6 +161,8 @@ def sim_command(
         profile_name = dataclasses.replace(profile_name, reasoning_tokens=reasoning_tokens)
     if eos_lengths is not None:
         profile_name = dataclasses.replace(profile_name, eos_lengths=eos_lengths)
+    if tool_calls is not None:
+        profile_name = dataclasses.replace(profile_name, tool_calls=tool_calls)
     if preemption is not None:
         profile_name = dataclasses.replace(profile_name, preemption=preemption)
     if wrong_answers and not answers_file:

@@ -102,5 +102,6 @@ def sim_info(server: SimServer) -> dict:
             "reasoning_tokens": p.reasoning_tokens,
             "eos_lengths": None if p.eos_lengths is None else p.eos_lengths.to_dict(),
             "preemption": p.preemption,
+            "tool_calls": None if p.tool_calls is None else p.tool_calls.to_dict(),
         },
     }

@@ -43,10 +43,21 @@ class KeptResponses:
             raise BadRequest(f"Previous response with id '{rid}' not found.")
         return list(kept[1])  # chat_view copies what it extends
 
-    def keep(self, response_id: str, conversation: list[dict[str, Any]], reply_text: str, now_s: float) -> None:
+    def keep(
+        self,
+        response_id: str,
+        conversation: list[dict[str, Any]],
+        reply_text: str,
+        now_s: float,
+        tool_call: dict[str, Any] | None = None,
+    ) -> None:
         """Keep ``response_id``: ``conversation`` is the request's chat view with its instructions
-        left out, ``reply_text`` the answer the client gets (reasoning is not part of it)."""
-        self._kept[response_id] = (now_s, [*conversation, {"role": "assistant", "content": reply_text}])
+        left out, ``reply_text`` the answer the client gets (reasoning is not part of it), and
+        ``tool_call`` the chat-shaped call the reply made, if it made one."""
+        reply: dict[str, Any] = {"role": "assistant", "content": reply_text}
+        if tool_call is not None:
+            reply["tool_calls"] = [tool_call]
+        self._kept[response_id] = (now_s, [*conversation, reply])
         self._kept.move_to_end(response_id)
         while len(self._kept) > self.max_count:
             self._kept.popitem(last=False)

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from targets.sim.tool_calls import ToolCalls, ToolCallsError, parse_tool_calls
+
 if TYPE_CHECKING:
     from workloads.distributions import Distribution
 
@@ -69,6 +71,9 @@ class Profile:
     # need at admission, so nothing is ever preempted; True allocates blocks as tokens need them
     # and preempts the newest running request when one can't be had (vLLM V1, recompute mode).
     preemption: bool = False
+    # Tool-call replies (optional): {fraction, tool?}; a reply to a request that offers tools is a
+    # call with that probability, its arguments the reply's tokens (targets/sim/tool_calls.py).
+    tool_calls: ToolCalls | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -111,7 +116,7 @@ _NUMERIC_RULES: dict[str, tuple[float, float]] = {
     "reasoning_tokens": (0.0, math.inf),
 }
 _INT_FIELDS = {f.name for f in fields(Profile) if f.type == "int"}
-_OPTIONAL_FIELDS = {"reasoning_tokens": 0, "eos_lengths": None, "preemption": False}
+_OPTIONAL_FIELDS = {"reasoning_tokens": 0, "eos_lengths": None, "preemption": False, "tool_calls": None}
 
 
 def profile_names() -> list[str]:
@@ -166,6 +171,10 @@ def profile_from_dict(data: dict, source: str = "profile") -> Profile:
     if unknown:
         raise ProfileError(f"{source}: unknown field(s) {', '.join(unknown)}")
     values["eos_lengths"] = parse_eos_lengths(values["eos_lengths"], source)
+    try:
+        values["tool_calls"] = parse_tool_calls(values["tool_calls"], source)
+    except ToolCallsError as e:
+        raise ProfileError(str(e)) from None
     if not isinstance(values["preemption"], bool):
         raise ProfileError(f"{source}: preemption must be true or false (got {values['preemption']!r})")
     for key, (lo, hi) in _NUMERIC_RULES.items():

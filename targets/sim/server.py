@@ -31,7 +31,7 @@ from targets.sim.eos import LENGTH, STOP, reply_end
 from targets.sim.kept_responses import KeptResponses, without_instructions
 from targets.sim.metrics import ServerCounters, metric_values, render
 from targets.sim.profile import Profile
-from targets.sim.text import WORDS
+from targets.sim.tool_calls import arguments, tool_called
 from targets.sim.truth import (
     OUTCOME_BAD_REQUEST,
     OUTCOME_CLIENT_GONE,
@@ -47,7 +47,9 @@ from targets.sim.wire import (
     COMPLETIONS,
     DONE,
     REASONING_WORD,
+    WORDS_SPACED,
     StreamTemplate,
+    call_id_of,
     error_body,
     full_response,
 )
@@ -243,10 +245,12 @@ class SimServer:
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         return await self._handle_generation(request, RESPONSES)
 
-    def _event_template(self, endpoint: str, reply_id: str, reasoning: int) -> MessagesTemplate | ResponsesTemplate:
+    def _event_template(
+        self, endpoint: str, reply_id: str, reasoning: int, tool: str | None = None, answer_tokens: int = 0
+    ) -> MessagesTemplate | ResponsesTemplate:
         if endpoint == MESSAGES:
-            return MessagesTemplate(reply_id, self.model_name, reasoning)
-        return ResponsesTemplate(reply_id, self.created, self.model_name, reasoning)
+            return MessagesTemplate(reply_id, self.model_name, reasoning, tool, answer_tokens)
+        return ResponsesTemplate(reply_id, self.created, self.model_name, reasoning, tool, answer_tokens)
 
     async def _handle_generation(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         t_received = time.perf_counter_ns()
@@ -290,6 +294,8 @@ class SimServer:
             if pieces is None:  # filler words, to max_tokens or to an end drawn from eos_lengths
                 end = reply_end(self.profile.eos_lengths, self.config.seed, req.prompt_ids, req.max_tokens, req.ignore_eos)
                 n_tokens, rec.finish_reason, rec.eos_length = end.tokens, end.finish_reason, end.drawn
+                if endpoint != COMPLETIONS:  # a reply after any reasoning may be a tool call instead
+                    rec.tool_call = tool_called(self.profile.tool_calls, self.config.seed, req.prompt_ids, req.tool_names)
             else:  # a known question's reply is its answer: as many tokens as it has words, at most
                 n_tokens = min(req.max_tokens, len(pieces))
                 rec.finish_reason = STOP if n_tokens == len(pieces) else LENGTH
@@ -305,7 +311,7 @@ class SimServer:
         rec.v_arrival_s = seq.arrival_s
         prefix = {CHAT: "chatcmpl-", COMPLETIONS: "cmpl-", MESSAGES: "msg_", RESPONSES: "resp_"}[endpoint]
         if endpoint == RESPONSES and body.get("store") is not False:  # stored, as the API does by default
-            self._keep_response(prefix + rid, body, view["messages"], seq, pieces)
+            self._keep_response(prefix + rid, body, view["messages"], seq, pieces, rec.tool_call)
         try:
             if req.stream:
                 return await self._stream(
@@ -340,12 +346,13 @@ class SimServer:
         # words from r on.
         r = _reasoning(self.profile, endpoint, n, pieces)
         rec.reasoning_tokens = r
+        tool = rec.tool_call
         if events:
-            tpl = self._event_template(endpoint, completion_id, r)
+            tpl = self._event_template(endpoint, completion_id, r, tool, n - r)
         else:
-            tpl = StreamTemplate(endpoint, completion_id, self.created, self.model_name)
+            tpl = StreamTemplate(endpoint, completion_id, self.created, self.model_name, tool, n - r)
         words = seq.words
-        token = tpl.token
+        token = tpl.tool_token if tool else tpl.token
         finish = rec.finish_reason or LENGTH
         if pieces is not None:  # a known question: its answer's words instead of filler words
             words, token = pieces, tpl.text_token
@@ -469,16 +476,16 @@ class SimServer:
             body = b'{"id":"' + completion_id.encode() + b'","choices":[{"index":0,"message":'
         else:
             r = rec.reasoning_tokens = _reasoning(self.profile, endpoint, n, pieces)
-            text = "".join(pieces[:n]) if pieces is not None else "".join(" " + WORDS[w] for w in seq.words[r:])
+            text = _answer_text(seq, r, pieces, rec.tool_call)
             finish = rec.finish_reason or LENGTH
             if endpoint in (MESSAGES, RESPONSES):
-                body = self._event_template(endpoint, completion_id, r).full(
+                body = self._event_template(endpoint, completion_id, r, rec.tool_call).full(
                     text, finish, rec.prompt_tokens, n, seq.cached_tokens
                 )
             else:
                 body = full_response(
                     endpoint, completion_id, self.created, self.model_name, text, rec.prompt_tokens, n,
-                    seq.cached_tokens, r, finish,
+                    seq.cached_tokens, r, finish, rec.tool_call,
                 )  # fmt: skip
         rec.status = 200
         rec.completion_tokens = n
@@ -489,14 +496,24 @@ class SimServer:
         return web.Response(body=body, status=200, content_type="application/json", headers=headers)
 
     def _keep_response(
-        self, response_id: str, body: dict, messages: list, seq: SimSequence, pieces: list[str] | None
+        self,
+        response_id: str,
+        body: dict,
+        messages: list,
+        seq: SimSequence,
+        pieces: list[str] | None,
+        tool: str | None = None,
     ) -> None:
-        """Keep the conversation through this reply's answer (the text its client gets: reasoning
-        is not part of it) for a later ``previous_response_id``."""
-        n = seq.max_tokens
-        r = _reasoning(self.profile, RESPONSES, n, pieces)
-        text = "".join(pieces[:n]) if pieces is not None else "".join(" " + WORDS[w] for w in seq.words[r:n])
-        self.kept_responses.keep(response_id, without_instructions(body, messages), text, time.monotonic())
+        """Keep the conversation through this reply's answer (the text its client gets, or the
+        tool call it makes: reasoning is not part of it) for a later ``previous_response_id``."""
+        r = _reasoning(self.profile, RESPONSES, seq.max_tokens, pieces)
+        text = _answer_text(seq, r, pieces, tool)
+        call = None
+        if tool:
+            call = {"id": call_id_of(response_id), "type": "function", "function": {"name": tool, "arguments": text}}
+            text = ""
+        conversation = without_instructions(body, messages)
+        self.kept_responses.keep(response_id, conversation, text, time.monotonic(), call)
 
     # --- endings -----------------------------------------------------------------------------
     def _succeeded(self, rec: TruthRecord, seq: SimSequence) -> None:
@@ -610,6 +627,16 @@ def _reasoning(profile: Profile, endpoint: str, n: int, pieces: list[str] | None
     if not profile.reasoning_tokens or endpoint == COMPLETIONS or pieces is not None:
         return 0
     return min(profile.reasoning_tokens, n - 1)
+
+
+def _answer_text(seq: SimSequence, r: int, pieces: list[str] | None, tool: str | None) -> str:
+    """A whole reply's answer after its ``r`` reasoning tokens: a known answer's words, the filler
+    words, or with ``tool`` the call's arguments JSON made of them."""
+    n = seq.max_tokens
+    if pieces is not None:
+        return "".join(pieces[:n])
+    words = [WORDS_SPACED[w] for w in seq.words[r:n]]
+    return arguments(words) if tool else "".join(words)
 
 
 def _json(obj: object) -> web.Response:

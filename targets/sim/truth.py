@@ -71,6 +71,9 @@ class TruthRecord:
     # Times the engine preempted the request (KV pressure, profile preemption): each time its KV
     # was freed and later recomputed, a stall in its token times.
     preemptions: int = 0
+    # The tool the reply called (profile tool_calls): its answer tokens were the call's arguments;
+    # None for a text reply.
+    tool_call: str | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(self, default=_default)

@@ -11,27 +11,50 @@ from __future__ import annotations
 import orjson
 
 from targets.sim.text import WORDS
+from targets.sim.tool_calls import argument_piece
 
 CHAT = "chat"
 COMPLETIONS = "completions"
 
-WORD_BYTES: tuple[bytes, ...] = tuple((" " + w).encode() for w in WORDS)
+WORDS_SPACED: tuple[str, ...] = tuple(" " + w for w in WORDS)  # a generated token's text
+WORD_BYTES: tuple[bytes, ...] = tuple(w.encode() for w in WORDS_SPACED)
 # What every reasoning token says: a word outside the vocabulary (one token to the shared
 # tokenizer), so a prompt that holds it holds reasoning sent back.
 REASONING_WORD = b"ponder"
 DONE = b"data: [DONE]\n\n"
 
 _CHAT_TOKEN_SUFFIX = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+_TOOL_TOKEN_SUFFIX = b'"}}]},"logprobs":null,"finish_reason":null}]}\n\n'
+TOOL_CALLS = "tool_calls"  # chat's finish_reason of a reply that ends in a tool call
+
+
+def call_id_of(reply_id: str) -> str:
+    """The id of the tool call a reply makes (one call a reply): ``call_`` and the reply's own id."""
+    for prefix in ("chatcmpl-", "msg_", "resp_"):
+        if reply_id.startswith(prefix):
+            return "call_" + reply_id[len(prefix) :]
+    return "call_" + reply_id
 _TEXT_TOKEN_SUFFIX = b'","logprobs":null,"finish_reason":null}]}\n\n'
 
 
 class StreamTemplate:
     """Pre-encoded pieces of one request's SSE stream."""
 
-    __slots__ = ("_head", "endpoint", "reasoning_chunk", "token_prefix", "token_suffix")
+    __slots__ = (
+        "_head", "endpoint", "reasoning_chunk", "token_prefix", "token_suffix", "tool", "tool_first_prefix",
+        "tool_left", "tool_prefix", "tool_started",
+    )  # fmt: skip
 
-    def __init__(self, endpoint: str, completion_id: str, created: int, model: str) -> None:
+    def __init__(
+        self, endpoint: str, completion_id: str, created: int, model: str, tool: str | None = None, answer_tokens: int = 0
+    ) -> None:
+        """``tool``: the reply's ``answer_tokens`` tokens are the arguments of a call of that tool
+        (``tool_token``), streamed as ``delta.tool_calls`` the way vLLM's tool parsers stream them:
+        the first delta names the call (index, id, type, function name), later ones add arguments."""
         self.endpoint = endpoint
+        self.tool = tool
+        self.tool_left = answer_tokens
+        self.tool_started = False
         obj = b"chat.completion.chunk" if endpoint == CHAT else b"text_completion"
         self._head = (
             b'data: {"id":'
@@ -53,6 +76,16 @@ class StreamTemplate:
             self.token_prefix = self._head + b',"choices":[{"index":0,"text":"'
             self.token_suffix = _TEXT_TOKEN_SUFFIX
             self.reasoning_chunk = b""  # completions have no reasoning field
+        calls = self._head + b',"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,'
+        self.tool_prefix = calls + b'"function":{"arguments":"'
+        self.tool_first_prefix = (
+            calls
+            + b'"id":'
+            + orjson.dumps(call_id_of(completion_id))
+            + b',"type":"function","function":{"name":'
+            + orjson.dumps(tool or "")
+            + b',"arguments":"'
+        )
 
     def token(self, word: int) -> bytes:
         """The chunk carrying one generated word (an index into ``text.WORDS``)."""
@@ -61,6 +94,13 @@ class StreamTemplate:
     def text_token(self, text: str) -> bytes:
         """The chunk carrying arbitrary generated ``text`` (a known answer's word), JSON-escaped."""
         return self.token_prefix + orjson.dumps(text)[1:-1] + self.token_suffix
+
+    def tool_token(self, word: int) -> bytes:
+        """The chunk carrying the next answer token as tool-call arguments (``tool`` is set)."""
+        first, self.tool_started = not self.tool_started, True
+        self.tool_left -= 1
+        piece = orjson.dumps(argument_piece(WORDS_SPACED[word], first, self.tool_left <= 0))[1:-1]
+        return (self.tool_first_prefix if first else self.tool_prefix) + piece + _TOOL_TOKEN_SUFFIX
 
     def reasoning_token(self) -> bytes:
         """The chunk carrying one reasoning token (chat: a ``reasoning_content`` delta)."""
@@ -71,7 +111,10 @@ class StreamTemplate:
         return self._head + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
 
     def finish(self, reason: str = "length") -> bytes:
-        """The chunk that closes the choice with ``finish_reason``."""
+        """The chunk that closes the choice with ``finish_reason`` (``tool_calls`` for a tool call
+        that ended at its end of sequence; one cut at max_tokens stays ``length``, as in vLLM)."""
+        if self.tool and reason == "stop":
+            reason = TOOL_CALLS
         body = b'{"index":0,"delta":{},' if self.endpoint == CHAT else b'{"index":0,"text":"",'
         return (
             self._head
@@ -115,11 +158,18 @@ def full_response(
     cached_tokens: int,
     reasoning_tokens: int = 0,
     finish: str = "length",
+    tool: str | None = None,
 ) -> bytes:
     """The non-streaming JSON body (``chat.completion`` or ``text_completion``); a chat reply's
-    ``reasoning_tokens`` come as ``message.reasoning_content``; ``finish`` is its finish_reason."""
+    ``reasoning_tokens`` come as ``message.reasoning_content``; ``finish`` is its finish_reason.
+    With ``tool``, ``text`` is the arguments of a call of that tool (``message.tool_calls``, no
+    content) and a reply that stopped finishes with ``tool_calls``."""
     if endpoint == CHAT:
-        message = {"role": "assistant", "content": text}
+        message: dict = {"role": "assistant", "content": text}
+        if tool:
+            call = {"id": call_id_of(completion_id), "type": "function", "function": {"name": tool, "arguments": text}}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            finish = TOOL_CALLS if finish == "stop" else finish
         if reasoning_tokens:
             message["reasoning_content"] = (" " + REASONING_WORD.decode()) * reasoning_tokens
         choice = {

@@ -10,6 +10,11 @@ each, in its own block (Messages: a ``thinking`` content block of ``thinking_del
 index 0; Responses: a ``reasoning`` output item of ``response.reasoning_text.delta`` events at
 output index 0); ``answer_start()`` closes that block and opens the answer's (index 1).
 
+A reply that is a tool call (``tool``, ``targets/sim/tool_calls.py``) streams its answer tokens
+with ``tool_token()`` as the call's arguments: Messages, a ``tool_use`` block of
+``input_json_delta`` events and ``stop_reason: tool_use``; Responses, a ``function_call`` item of
+``response.function_call_arguments.delta`` events, then ``response.function_call_arguments.done``.
+
 Usage follows each API: Messages ``input_tokens`` is the uncached part of the prompt, with
 ``cache_read_input_tokens`` beside it; Responses ``input_tokens`` is the whole prompt, with
 ``input_tokens_details.cached_tokens`` inside it.
@@ -19,12 +24,14 @@ from __future__ import annotations
 
 import orjson
 
-from targets.sim.wire import REASONING_WORD, WORD_BYTES
+from targets.sim.tool_calls import argument_piece
+from targets.sim.wire import REASONING_WORD, WORD_BYTES, WORDS_SPACED, call_id_of
 
 MESSAGES = "messages"
 RESPONSES = "responses"
 
 _STOP_REASON = {"length": "max_tokens", "stop": "end_turn"}
+_TOOL_STOP_REASON = {"length": "max_tokens", "stop": "tool_use"}
 _REASONING_TEXT = " " + REASONING_WORD.decode()
 # What a thinking block is signed with: the API's signature is opaque to clients, so any string does.
 _SIGNATURE = "loadgen-sim"
@@ -58,15 +65,28 @@ class MessagesTemplate:
     ``thinking_delta`` events when the reply reasons, one text block of ``text_delta`` events,
     ``message_delta`` (stop reason, output tokens), ``message_stop``."""
 
-    __slots__ = ("message_id", "model", "reasoning_chunk", "reasoning_tokens", "text_index", "token_prefix")
+    __slots__ = (
+        "message_id", "model", "reasoning_chunk", "reasoning_tokens", "text_index", "token_prefix", "tool",
+        "tool_left", "tool_prefix", "tool_started",
+    )  # fmt: skip
 
     token_suffix = b'"}}\n\n'
 
-    def __init__(self, message_id: str, model: str, reasoning_tokens: int = 0) -> None:
+    def __init__(
+        self, message_id: str, model: str, reasoning_tokens: int = 0, tool: str | None = None, answer_tokens: int = 0
+    ) -> None:
         self.message_id = message_id
         self.model = model
         self.reasoning_tokens = reasoning_tokens
         self.text_index = 1 if reasoning_tokens else 0
+        self.tool = tool
+        self.tool_left = answer_tokens
+        self.tool_started = False
+        self.tool_prefix = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+            + str(self.text_index).encode()
+            + b',"delta":{"type":"input_json_delta","partial_json":"'
+        )
         self.token_prefix = (
             b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
             + str(self.text_index).encode()
@@ -87,6 +107,25 @@ class MessagesTemplate:
         """One thinking token (the thinking block is open)."""
         return self.reasoning_chunk
 
+    def tool_token(self, word: int) -> bytes:
+        """The next answer token as a piece of the ``tool_use`` block's input JSON."""
+        first, self.tool_started = not self.tool_started, True
+        self.tool_left -= 1
+        piece = argument_piece(WORDS_SPACED[word], first, self.tool_left <= 0)
+        return self.tool_prefix + orjson.dumps(piece)[1:-1] + self.token_suffix
+
+    def _answer_block(self) -> dict:
+        if self.tool:
+            return {"type": "tool_use", "id": self.tool_use_id, "name": self.tool, "input": {}}
+        return {"type": "text", "text": ""}
+
+    @property
+    def tool_use_id(self) -> str:
+        return "toolu_" + call_id_of(self.message_id).removeprefix("call_")
+
+    def _stop_reason(self, finish: str) -> str:
+        return (_TOOL_STOP_REASON if self.tool else _STOP_REASON).get(finish, finish)
+
     def opening(self, prompt_tokens: int, cached_tokens: int) -> bytes:
         message = {
             "id": self.message_id,
@@ -98,7 +137,7 @@ class MessagesTemplate:
             "stop_sequence": None,
             "usage": messages_usage(prompt_tokens, 1, cached_tokens),
         }
-        block = {"type": "thinking", "thinking": "", "signature": ""} if self.reasoning_tokens else {"type": "text", "text": ""}
+        block = {"type": "thinking", "thinking": "", "signature": ""} if self.reasoning_tokens else self._answer_block()
         return (
             _event("message_start", {"type": "message_start", "message": message})
             + _event("ping", {"type": "ping"})
@@ -115,14 +154,14 @@ class MessagesTemplate:
             + _event("content_block_stop", {"type": "content_block_stop", "index": 0})
             + _event(
                 "content_block_start",
-                {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_start", "index": 1, "content_block": self._answer_block()},
             )
         )
 
     def closing(self, finish: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
         delta = {
             "type": "message_delta",
-            "delta": {"stop_reason": _STOP_REASON.get(finish, finish), "stop_sequence": None},
+            "delta": {"stop_reason": self._stop_reason(finish), "stop_sequence": None},
             "usage": {"output_tokens": completion_tokens},
         }
         return (
@@ -135,8 +174,11 @@ class MessagesTemplate:
         return self.token_prefix + b"\n\n"
 
     def full(self, text: str, finish: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
-        """The non-streaming reply: one ``message`` object (a thinking block first when it reasons)."""
+        """The non-streaming reply: one ``message`` object (a thinking block first when it reasons);
+        a tool call's ``text`` is its input JSON."""
         content: list[dict] = [{"type": "text", "text": text}]
+        if self.tool:
+            content = [{**self._answer_block(), "input": orjson.loads(text)}]
         if self.reasoning_tokens:
             thinking = _REASONING_TEXT * self.reasoning_tokens
             content.insert(0, {"type": "thinking", "thinking": thinking, "signature": _SIGNATURE})
@@ -147,7 +189,7 @@ class MessagesTemplate:
                 "role": "assistant",
                 "model": self.model,
                 "content": content,
-                "stop_reason": _STOP_REASON.get(finish, finish),
+                "stop_reason": self._stop_reason(finish),
                 "stop_sequence": None,
                 "usage": messages_usage(prompt_tokens, completion_tokens, cached_tokens),
             }
@@ -163,16 +205,26 @@ class ResponsesTemplate:
 
     __slots__ = (
         "created", "item_id", "model", "out_index", "pieces", "reasoning_id", "reasoning_prefix",
-        "reasoning_tokens", "response_id", "seq", "token_prefix",
+        "reasoning_tokens", "response_id", "seq", "token_prefix", "tool", "tool_left", "tool_prefix",
     )  # fmt: skip
 
-    def __init__(self, response_id: str, created: int, model: str, reasoning_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        response_id: str,
+        created: int,
+        model: str,
+        reasoning_tokens: int = 0,
+        tool: str | None = None,
+        answer_tokens: int = 0,
+    ) -> None:
         self.response_id = response_id
         self.created = int(created)
         self.model = model
         self.reasoning_tokens = reasoning_tokens
+        self.tool = tool
+        self.tool_left = answer_tokens
         rid = response_id.removeprefix("resp_")
-        self.item_id = "msg_" + rid
+        self.item_id = ("fc_" if tool else "msg_") + rid
         self.reasoning_id = "rs_" + rid
         self.out_index = 1 if reasoning_tokens else 0  # the message item's output_index
         self.seq = 0
@@ -183,6 +235,10 @@ class ResponsesTemplate:
             + b',"output_index":'
             + str(self.out_index).encode()
             + b',"content_index":0,"delta":"'
+        )
+        self.tool_prefix = (
+            b'event: response.function_call_arguments.delta\ndata: {"type":"response.function_call_arguments.delta",'
+            b'"item_id":' + orjson.dumps(self.item_id) + b',"output_index":' + str(self.out_index).encode() + b',"delta":"'
         )
         self.reasoning_prefix = (
             b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta","item_id":'
@@ -215,6 +271,14 @@ class ResponsesTemplate:
     def text_token(self, text: str) -> bytes:
         return self._delta(orjson.dumps(text)[1:-1])
 
+    def tool_token(self, word: int) -> bytes:
+        """The next answer token as a piece of the ``function_call`` item's arguments."""
+        first = not self.pieces
+        self.tool_left -= 1
+        escaped = orjson.dumps(argument_piece(WORDS_SPACED[word], first, self.tool_left <= 0))[1:-1]
+        self.pieces.append(escaped)
+        return self.tool_prefix + escaped + b'","sequence_number":' + str(self._next()).encode() + b"}\n\n"
+
     def reasoning_token(self) -> bytes:
         """One reasoning token (the reasoning item is open)."""
         return self.reasoning_prefix + str(self._next()).encode() + b"}\n\n"
@@ -233,6 +297,11 @@ class ResponsesTemplate:
         }
 
     def _item(self, text: str, status: str) -> dict:
+        if self.tool:  # text: the call's arguments
+            return {
+                "id": self.item_id, "type": "function_call", "status": status or "in_progress",
+                "arguments": text, "call_id": call_id_of(self.response_id), "name": self.tool,
+            }  # fmt: skip
         content = [{"type": "output_text", "text": text, "annotations": []}] if status else []
         return {"id": self.item_id, "type": "message", "status": status or "in_progress", "role": "assistant", "content": content}
 
@@ -242,9 +311,10 @@ class ResponsesTemplate:
         return {"id": self.reasoning_id, "type": "reasoning", "status": status, "summary": [], "content": content}
 
     def _message_opening(self) -> bytes:
-        return self._event(
-            "response.output_item.added", {"output_index": self.out_index, "item": self._item("", "")}
-        ) + self._event(
+        added = self._event("response.output_item.added", {"output_index": self.out_index, "item": self._item("", "")})
+        if self.tool:  # a function_call item has no content parts
+            return added
+        return added + self._event(
             "response.content_part.added",
             {
                 "item_id": self.item_id,
@@ -283,6 +353,15 @@ class ResponsesTemplate:
         status = "incomplete" if finish == "length" else "completed"
         item = self._item(text, status)
         usage = responses_usage(prompt_tokens, completion_tokens, cached_tokens, self.reasoning_tokens)
+        if self.tool:
+            done = {"item_id": self.item_id, "output_index": self.out_index, "name": self.tool, "arguments": text}
+            return (
+                self._event("response.function_call_arguments.done", done)
+                + self._event("response.output_item.done", {"output_index": self.out_index, "item": item})
+                + self._event(
+                    "response." + status, {"response": self._response(status, self._output(text, status), usage, finish)}
+                )
+            )
         return (
             self._event("response.output_text.done", {**where, "text": text, "logprobs": []})
             + self._event(

@@ -12,7 +12,7 @@ from targets.sim.profile import Profile, ProfileError, load_profile, profile_fro
 
 REQUIRED = {"h200-llama3-8b-fp8", "laptop-qwen2.5-1.5b-q4", "laptop-qwen2.5-1.5b-f16", "tiny"}
 # behaviour knobs, optional in a profile file: no hardware constant, so no source
-BEHAVIOUR_KNOBS = ("reasoning_tokens", "eos_lengths", "preemption")
+BEHAVIOUR_KNOBS = ("reasoning_tokens", "eos_lengths", "preemption", "tool_calls")
 CONSTANTS = [
     f.name for f in fields(Profile) if f.name not in ("name", "model_name", "description", *BEHAVIOUR_KNOBS)
 ]
