@@ -114,7 +114,15 @@ def main() -> None:
         action="store_true",
         help="with --pin: the assembler process beside the sim and the client, not the relay",
     )
+    ap.add_argument(
+        "--realtime",
+        action="store_true",
+        help="with --pin: the relay at real-time priority (SCHED_FIFO; needs CAP_SYS_NICE), so other "
+        "work on a shared machine cannot delay it on its core",
+    )
     args = ap.parse_args()
+    if args.realtime and not args.pin:
+        ap.error("--realtime goes with --pin")
     if args.time_scale <= 0:
         ap.error("--time-scale must be > 0 (see the module docstring)")
     args.quickack = False  # what router_overhead.measure expects
@@ -139,12 +147,16 @@ def main() -> None:
                 _pin(pid, set(cores[:-1]) if args.assembler_apart else {cores[-1]})
             for pid in (sim.proc.pid, os.getpid()):
                 _pin(pid, set(cores[:-1]))
+            if args.realtime:
+                for tid in os.listdir(f"/proc/{cap.proc.pid}/task"):
+                    os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(1))
         print(
             f"sim ({args.profile}, time-scale {args.time_scale:g}), {args.max_tokens} tokens/request, "
             f"{args.duration:g} s window per point; times in ms (p50 / p99); token times: "
             + ("client reads" if args.read_stamps else "client kernel receive stamps")
             + ("; proxy on a core of its own" if args.pin else "")
             + (", its assembler process beside the sim" if args.pin and args.assembler_apart else "")
+            + (", the relay at real-time priority" if args.realtime else "")
         )
         header = (
             f"{'path':<14} {'streams':>7} {'requests':>8}  {'TTFT added':>15}  {'token delivery':>15}  "

@@ -1,7 +1,7 @@
 """The capture's assembler process: reads the relay's exchange events, writes the session file.
 
-Started by ``service.py`` with the relay's pipe as its stdin (``python -m
-loadgen.capture.assembler_process CONFIG_JSON``). It parses every recorded exchange
+Started by ``service.py`` with the relay's pipe as its stdin and its settings as one JSON
+argument (``AssemblerConfig``). It parses every recorded exchange
 (``recorder.py``), keeps the sessions (``assembly.py``), and writes the file every
 ``WRITE_INTERVAL_S`` when something changed: closed sessions appended for good, open ones
 rewritten at the end (``writer.py``). The pipe's end is its cue to finish: the relay closed it

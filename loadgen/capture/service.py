@@ -195,7 +195,13 @@ def _start_assembler(config: AssemblerConfig) -> _Assembler:
     os.set_inheritable(write_fd, False)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.capture.assembler_process", config.to_arg()],
+            # -c, not -m: the package imports the module first, and -m would run it a second time
+            [
+                sys.executable,
+                "-c",
+                "from loadgen.capture.assembler_process import main; main()",
+                config.to_arg(),
+            ],
             stdin=read_fd,
         )
     finally:
