@@ -27,6 +27,7 @@ import json
 import math
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,9 @@ from workloads.compressed import read_bytes
 from workloads.dag import plan_turns
 from workloads.errors import WorkloadError
 from workloads.model import Session, Turn
+from workloads.readers.stream import TraceRow, iter_text_lines
 from workloads.spec import DEFAULT_TENANT, GENERATOR_VERSION
+from workloads.text import TextTokenizer
 from workloads.tokenizer import count_tokens
 from workloads.workload import Workload, check_seed_index, session_rng, system_prompt_text
 
@@ -88,40 +91,7 @@ class SessionFileWorkload(Workload):
 
     def session(self, seed: int, index: int) -> Session:
         check_seed_index(seed, index, len(self._records), where=self.source)
-        rec = self._records[index]
-        if "system_prompt_tokens" in rec:
-            system = system_prompt_text(seed, rec["tenant"], rec["system_prompt_tokens"], self.tokenizer)
-        else:
-            system = rec["system_prompt"]
-        r_text = session_rng(seed, index, "text")
-        turns = tuple(
-            Turn(
-                content=self._text(seed, t, r_text),
-                max_tokens=t["max_tokens"],
-                think_time_s=t["think_time"],
-                role=t["role"],
-                cold=t["cold"],
-                **_step_fields(t),
-            )
-            for t in rec["turns"]
-        )
-        return Session(
-            session_id=rec["id"],
-            tenant=rec["tenant"],
-            system_prompt=system,
-            turns=turns,
-            index=index,
-            meta={"workload": self.name},
-        )
-
-    def _text(self, seed: int, t: dict[str, Any], r_text: Any) -> str:
-        if "content" in t:
-            return t["content"]
-        if "hash_ids" in t:
-            # Blocks by id, as the trace's reader builds them: shared ids, shared prefixes.
-            blocks = split_blocks(t["hash_ids"], t["tokens"], t["block_size"])
-            return self._blocks.text(seed, blocks, t["block_size"], self.tokenizer)
-        return self.tokenizer.text(t["tokens"], r_text)
+        return build_session(self._records[index], seed, index, name=self.name, tokenizer=self.tokenizer, blocks=self._blocks)
 
     def turn_hash_ids(self, index: int) -> list[dict[str, Any] | None] | None:
         turns = self._records[index]["turns"]
@@ -148,6 +118,78 @@ class SessionFileWorkload(Workload):
             "fingerprint": self.fingerprint(),
             "num_sessions": self.num_sessions,
         }
+
+
+def build_session(
+    rec: dict[str, Any], seed: int, index: int, *, name: str, tokenizer: TextTokenizer, blocks: BlockTexts
+) -> Session:
+    """Session ``index`` for ``seed`` from its parsed line ``rec`` (``_parse_line``): what a whole
+    file's ``SessionFileWorkload`` and a streamed one (``workloads.streamed``) both build."""
+    if "system_prompt_tokens" in rec:
+        system = system_prompt_text(seed, rec["tenant"], rec["system_prompt_tokens"], tokenizer)
+    else:
+        system = rec["system_prompt"]
+    r_text = session_rng(seed, index, "text")
+    turns = tuple(
+        Turn(
+            content=_turn_text(seed, t, r_text, tokenizer, blocks),
+            max_tokens=t["max_tokens"],
+            think_time_s=t["think_time"],
+            role=t["role"],
+            cold=t["cold"],
+            **_step_fields(t),
+        )
+        for t in rec["turns"]
+    )
+    return Session(
+        session_id=rec["id"], tenant=rec["tenant"], system_prompt=system, turns=turns, index=index, meta={"workload": name}
+    )
+
+
+def _turn_text(seed: int, t: dict[str, Any], r_text: Any, tokenizer: TextTokenizer, blocks: BlockTexts) -> str:
+    if "content" in t:
+        return t["content"]
+    if "hash_ids" in t:
+        # Blocks by id, as the trace's reader builds them: shared ids, shared prefixes.
+        return blocks.text(seed, split_blocks(t["hash_ids"], t["tokens"], t["block_size"]), t["block_size"], tokenizer)
+    return tokenizer.text(t["tokens"], r_text)
+
+
+def iter_session_rows(path: str | Path) -> Iterator[TraceRow]:
+    """The file's sessions one line at a time, in file order, each validated as it is read (the
+    same errors as ``load_sessions_jsonl``), for a streamed replay (``workloads.streamed``).
+
+    ``time_s`` is the line's ``arrival_s``, or None in a file without them; a file that has it on
+    some lines only is an error naming the first line that differs from the first session's. The
+    ids already read are kept (to name a repeated one): the one thing held per session.
+    """
+    path = Path(path)
+    where = str(path)
+    seen: dict[str, int] = {}
+    timed: bool | None = None
+    first_line = 0
+    for lineno, line in enumerate(iter_text_lines(path, "session file"), start=1):
+        if not line.strip():
+            continue
+        rec = _parse_line(line, where=f"{where} line {lineno}")
+        if rec["id"] in seen:
+            raise WorkloadError(
+                f"{where} line {lineno}: id: {_short(rec['id'])} already used on line {seen[rec['id']]}; "
+                "give every session a unique id"
+            )
+        seen[rec["id"]] = lineno
+        has_time = "arrival_s" in rec
+        if timed is None:
+            timed, first_line = has_time, lineno
+        elif has_time != timed:
+            said = "has no arrival_s but" if timed else "has arrival_s but"
+            raise WorkloadError(
+                f"{where} line {lineno}: session {rec['id']!r} {said} line {first_line}'s "
+                f"{'has' if timed else 'has not'}; give arrival_s on every line or on none"
+            )
+        yield TraceRow(lineno, rec["arrival_s"] if has_time else None, rec)
+    if timed is None:
+        raise WorkloadError(f"{where}: holds no sessions; give one JSON object per line")
 
 
 def load_sessions_jsonl(path: str | Path) -> SessionFileWorkload:

@@ -1,7 +1,7 @@
 """``StreamedTraceWorkload``: a large trace replayed as it is read, never held whole in memory.
 
-A file whose sessions are its rows (Azure, BurstGPT, Mooncake traces, ShareGPT conversations:
-``WorkloadReader.iter_rows``) is read row by row each time a pass needs it: the master's count of
+A file whose sessions are its rows (Azure, BurstGPT, Mooncake traces, ShareGPT conversations,
+loadgen's session files: ``WorkloadReader.iter_rows``) is read row by row each time a pass needs it: the master's count of
 planned sessions, each worker's share of the arrivals. Memory is one block of text and the
 sessions in flight, whatever the file's size.
 
@@ -26,6 +26,7 @@ import numpy as np
 from workloads.blocks import BlockTexts
 from workloads.dataset import RecordSessions
 from workloads.errors import WorkloadError
+from workloads.model import Session
 from workloads.readers.base import WorkloadReader
 from workloads.readers.stream import TraceRow
 from workloads.spec import DEFAULT_TENANT
@@ -72,6 +73,8 @@ class StreamedTraceWorkload(RecordSessions, Workload):
         self._cursor: Iterator[TraceRow] | None = None  # session(): the rows read on from here
         self._cursor_next = 0
         self._recent: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        # A reader whose records are not dataset records builds its own sessions (session files).
+        self._build_session = getattr(reader, "session_from_record", None)
 
     # Sessions come from rows() in order; session(seed, index) reads on from the last one asked.
     streams_sessions = True
@@ -159,6 +162,12 @@ class StreamedTraceWorkload(RecordSessions, Workload):
                     self._recent.popitem(last=False)
             rec = self._recent[index]
         return self.record_session(seed, index, rec)
+
+    def record_session(self, seed: int, index: int, rec: dict[str, Any]) -> Session:
+        """Session ``index`` for ``seed`` built from its row's record."""
+        if self._build_session is not None:
+            return self._build_session(rec, seed, index, name=self.name, tokenizer=self.tokenizer, blocks=self._blocks)
+        return super().record_session(seed, index, rec)
 
     def fingerprint(self) -> str:
         """sha256 over the reader, its options, the tokenizer and the file's bytes (one pass in C;

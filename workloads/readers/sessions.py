@@ -1,13 +1,26 @@
-"""loadgen's own session files (``workloads/sessions_jsonl.py``) as a reader, so detection finds them."""
+"""loadgen's own session files (``workloads/sessions_jsonl.py``) as a reader, so detection finds them.
+
+A session is one line, so a large session file streams (``workloads.streamed``): its lines are
+read in order, and with ``arrival_s`` on its lines they must be in arrival order (a capture
+writes them so when its sessions end in order; ``sort`` them otherwise).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from workloads.blocks import BlockTexts
+from workloads.model import Session
 from workloads.readers.base import WorkloadReader
-from workloads.sessions_jsonl import SessionFileWorkload, load_sessions_jsonl
+from workloads.readers.stream import TraceRow
+from workloads.sessions_jsonl import (
+    SessionFileWorkload,
+    build_session,
+    iter_session_rows,
+    load_sessions_jsonl,
+)
 from workloads.text import BUILTIN, TextTokenizer
 
 
@@ -26,3 +39,18 @@ class SessionsReader(WorkloadReader):
         workload = load_sessions_jsonl(path)
         workload.tokenizer = tokenizer
         return workload
+
+    def iter_rows(
+        self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN
+    ) -> Iterator[TraceRow]:
+        """The file's sessions line by line (``sessions_jsonl.iter_session_rows``)."""
+        self.check_options(options, str(path))
+        return iter_session_rows(path)
+
+    @staticmethod
+    def session_from_record(
+        rec: dict[str, Any], seed: int, index: int, *, name: str, tokenizer: TextTokenizer, blocks: BlockTexts
+    ) -> Session:
+        """A streamed row's session: a session file's record (system prompt, cold turns, DAG
+        steps, per-turn blocks) is not a dataset record, so it is built as the whole file builds it."""
+        return build_session(rec, seed, index, name=name, tokenizer=tokenizer, blocks=blocks)
