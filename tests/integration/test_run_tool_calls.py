@@ -9,8 +9,10 @@ on that reply, must be a body the sim accepts (every request ok, follow-ups afte
 
 from __future__ import annotations
 
+import urllib.request
 from collections import defaultdict
 
+import orjson
 import pytest
 
 from loadgen.client import SessionConnection
@@ -99,6 +101,9 @@ def test_streamed_and_whole_tool_calls_through_the_client(tmp_path) -> None:
                 req = ChatRequest(messages=messages, max_tokens=7, session_id="s", request_id=rid, stream=stream,
                                   extra_body={"tools": TOOLS})  # fmt: skip
                 results[rid] = conn.stream(adapter.build_request(req), adapter, deadline_s=20)
+        with urllib.request.urlopen(proc.url + "/sim/info", timeout=5) as resp:
+            info = orjson.loads(resp.read())
+    assert info["behaviour"]["tool_calls"] == {"fraction": 1.0, "tool": None}
     t = truth(truth_log)
     for rid, res in results.items():
         assert res.ok, (rid, res.error_message)

@@ -67,7 +67,7 @@ def test_eos_lengths_end_replies_with_stop_on_every_api(tmp_path) -> None:
         info = run(get_json(sim.url, "/sim/info"))[1]
     finally:
         sim.stop()
-    assert info["behaviour"] == {"reasoning_tokens": 0, "eos_lengths": EOS, "preemption": False}
+    assert info["behaviour"] == {"reasoning_tokens": 0, "eos_lengths": EOS, "preemption": False, "tool_calls": None}
     t = truth(log)
     reasons = []
     for rid, wire in sent.items():
