@@ -30,14 +30,16 @@ How chats become sessions (docs/workloads.md, "Qwen-Bailian traces"):
   earlier child (a regenerated or edited answer) starts a session of its own with its whole prompt;
   they are counted as ``orphan_chats`` and ``branch_chats``.
 
-Sessions are in arrival order of their first request (ties keep file order).
+Sessions are in arrival order of their first request (ties keep file order). A trace of 8 MiB or
+more is read as a stream (``workloads.readers.bailian_stream``): its rows must be in time order,
+and a turn more than ``chat_horizon`` after its parent's starts a session of its own.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +48,18 @@ import numpy as np
 from workloads.blocks import split_blocks
 from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
-from workloads.readers.base import WorkloadReader, iter_json_lines, open_text, option_int, short, whole_number
+from workloads.readers.bailian_stream import DEFAULT_HORIZON_S, iter_chat_rows
+from workloads.readers.base import (
+    WorkloadReader,
+    iter_json_lines,
+    open_text,
+    option_duration,
+    option_int,
+    short,
+    whole_number,
+)
 from workloads.readers.mooncake import check_hash_ids
+from workloads.readers.stream import TraceRow
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -63,17 +75,45 @@ class BailianReader(WorkloadReader):
     options = {
         "block_size": f"prompt tokens per hash id (default {DEFAULT_BLOCK_SIZE})",
         "tenant": "tenant name of every session (default 'default')",
+        "chat_horizon": f"a streamed trace (8 MiB or more): a turn this long after its parent's starts a session "
+        f"of its own (seconds or e.g. 10m; default {DEFAULT_HORIZON_S:g})",
     }
 
     @classmethod
     def sniff(cls, path: Path, first: Any) -> bool:
         return isinstance(first, dict) and ("chat_id" in first or "parent_chat_id" in first) and "turns" not in first
 
+    @staticmethod
+    def block_size(options: Mapping[str, str], where: str) -> int:
+        """The ``block_size`` option: prompt tokens per hash id."""
+        block_size = option_int(options, "block_size", DEFAULT_BLOCK_SIZE, where=where, at_least=1)
+        assert block_size is not None
+        return block_size
+
+    def iter_rows(
+        self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN
+    ) -> Iterator[TraceRow]:
+        """One row per chat, in order of first rows, each handed out once complete: the file read
+        as a stream, holding only the open chats (``workloads.readers.bailian_stream``)."""
+        where = str(path)
+        self.check_options(options, where)
+        block_size = self.block_size(options, where)
+        horizon_s = option_duration(options, "chat_horizon", DEFAULT_HORIZON_S, where=where)
+        if not horizon_s > 0:
+            raise WorkloadError(f"{where}: workload option chat_horizon={options['chat_horizon']!r} is not allowed; use a duration > 0")
+        tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
+        stem = path.stem
+        return iter_chat_rows(
+            path,
+            parse_row=lambda obj, at: _row(obj, at, block_size),
+            build_record=lambda chain: _chain_record(chain, stem=stem, tenant=tenant, block_size=block_size)[0],
+            horizon_s=horizon_s,
+        )
+
     def read(self, path: Path, options: Mapping[str, str], *, tokenizer: TextTokenizer = BUILTIN) -> DatasetWorkload:
         where = str(path)
         self.check_options(options, where)
-        block_size = option_int(options, "block_size", DEFAULT_BLOCK_SIZE, where=where, at_least=1)
-        assert block_size is not None
+        block_size = self.block_size(options, where)
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
         rows: list[dict[str, Any]] = []
         lines_of: dict[str, int] = {}
@@ -111,20 +151,9 @@ class BailianReader(WorkloadReader):
             session_of[row["chat_id"]] = chain
         records = []
         for chain in sessions:
-            root = chain[0]
-            turns: list[dict[str, Any]] = [_first_turn(root, block_size)]
-            for prev, row in itertools.pairwise(chain):
-                grown = row["n_in"] - (prev["n_in"] + prev["n_out"])
-                not_grown += grown < 1
-                turns.append(
-                    {
-                        "tokens": max(1, grown),
-                        "max_tokens": max(1, row["n_out"]),
-                        "think_time": row["t"] - prev["t"],
-                        "role": "user",
-                    }
-                )
-            records.append({"id": f"{path.stem}-c{root['chat_id']}", "tenant": tenant, "turns": turns})
+            rec, chain_not_grown = _chain_record(chain, stem=path.stem, tenant=tenant, block_size=block_size)
+            not_grown += chain_not_grown
+            records.append(rec)
         # Prefix reuse of first turns as a prefix cache sees it: leading blocks an earlier one sent.
         seen: set[int] = set()
         reused = total = 0
@@ -160,6 +189,28 @@ class BailianReader(WorkloadReader):
             stats=stats,
             tokenizer=tokenizer,
         )
+
+
+def _chain_record(
+    chain: list[dict[str, Any]], *, stem: str, tenant: str, block_size: int
+) -> tuple[dict[str, Any], int]:
+    """The session record of a chat's rows (first to last), and how many of its turns did not grow
+    the context."""
+    root = chain[0]
+    turns: list[dict[str, Any]] = [_first_turn(root, block_size)]
+    not_grown = 0
+    for prev, row in itertools.pairwise(chain):
+        grown = row["n_in"] - (prev["n_in"] + prev["n_out"])
+        not_grown += grown < 1
+        turns.append(
+            {
+                "tokens": max(1, grown),
+                "max_tokens": max(1, row["n_out"]),
+                "think_time": row["t"] - prev["t"],
+                "role": "user",
+            }
+        )
+    return {"id": f"{stem}-c{root['chat_id']}", "tenant": tenant, "turns": turns}, not_grown
 
 
 def _first_turn(row: dict[str, Any], block_size: int) -> dict[str, Any]:
