@@ -19,22 +19,24 @@ client's own queueing (``--read-stamps`` stamps reads instead: the direct path t
 ms at 100 streams on two shared cores). ``--pin`` runs the proxy on a core of its own and the sim
 and the client on the others. Target: added p99 < 1 ms per chunk at 100 streams.
 
-Measured on the shared 2-core development machine, 100 streams of 64 tokens, ``--pin``,
-alternating runs of the proxy before and after its parse backlog (``loadgen/capture/reply.py``):
-added per chunk p50 / p99 0.13-0.77 / 3.7-7.9 ms before, 0.2-0.5 / 1.1-3.6 ms after; with replies
-of 256 tokens (fewer requests) 0.2-0.35 / 1.0-1.25 ms; at 1 stream 0.12 / 0.14-0.16 ms. Proxy CPU
-per chunk 35-41 us before, 39-48 us after (the backlog's timer wake-ups). So the target holds at 1
-stream and not at 100. What is left there: an engine writes a decode step's chunks for all its
-streams at once, and the proxy relays them one after another at ~20 us each (one read, one write,
-asyncio's dispatch), so a step's last chunks wait a millisecond or two; each request's handling
-(aiohttp and the session record, ~0.2 ms of the loop, 140 a second here) lands between relays too. p99 < 1 ms at 100
-such streams needs well under 10 us per relayed chunk: a compiled relay, or several proxy
-processes. Figures vary from run to run with the machine's load: compare paths within one run,
+``--realtime`` runs the relay at SCHED_FIFO on its core, so other work on a shared machine cannot
+keep it waiting; ``--assembler-apart`` puts the capture's assembler process beside the sim and the
+client instead of beside the relay. The assembler's CPU is printed apart from the relay's.
+
+Measured on the shared 2-core development machine, 100 streams of 64 tokens, ``--pin``, alternating
+runs of the one-process proxy (parsing on the relay's loop) and the relay with its assembler
+process (docs/performance.md, "The capture proxy"): added per chunk p50 0.33-0.59 ms before,
+0.10-0.23 ms after; p99 2.1-11.4 ms before, 2.3-23.5 ms after (once 0.74 ms): the p99 target is
+not met. Relay CPU per chunk 46-51 us before, 31-38 us after, plus 15-18 us in the assembler
+process. What is left is the relay's two system calls and loop per chunk, ~30 us here: the sim
+sends its steps in bunches of one or two hundred chunks and the last of a bunch wait
+milliseconds. Figures vary from run to run with the machine's load: compare paths within one run,
 and CPU per chunk across runs.
 
     .venv/bin/python bench/capture_overhead.py                  # 1 and 100 streams; 4 s each
     .venv/bin/python bench/capture_overhead.py -c 100 -d 8 --redact
     .venv/bin/python bench/capture_overhead.py -c 100 --pin       # the proxy on a core of its own
+    .venv/bin/python bench/capture_overhead.py -c 100 --pin --realtime --assembler-apart
 
 Prints figures; it is not a test. Everything binds 127.0.0.1 and is stopped at the end.
 """
@@ -148,8 +150,13 @@ def main() -> None:
             for pid in (sim.proc.pid, os.getpid()):
                 _pin(pid, set(cores[:-1]))
             if args.realtime:
-                for tid in os.listdir(f"/proc/{cap.proc.pid}/task"):
-                    os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(1))
+                try:
+                    for tid in os.listdir(f"/proc/{cap.proc.pid}/task"):
+                        os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(1))
+                except PermissionError:
+                    raise SystemExit(
+                        "--realtime: not permitted here (needs CAP_SYS_NICE); run without it"
+                    ) from None
         print(
             f"sim ({args.profile}, time-scale {args.time_scale:g}), {args.max_tokens} tokens/request, "
             f"{args.duration:g} s window per point; times in ms (p50 / p99); token times: "
