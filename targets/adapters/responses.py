@@ -99,6 +99,9 @@ class _Link:
     n_messages: int
     digest: bytes
     response_id: str | None = None
+    # The call ids of the reply's own function calls: the server holds them, and a follow-up
+    # must answer each of them (the API refuses a stored call left without its output).
+    server_calls: tuple[str, ...] = ()
 
 
 class _Chains:
@@ -109,8 +112,8 @@ class _Chains:
         # The link of the request each greenlet built last, until its parser takes it.
         self._building: weakref.WeakKeyDictionary[Any, _Link] = weakref.WeakKeyDictionary()
 
-    def follow(self, session_id: str, messages: list[dict]) -> tuple[str | None, int]:
-        """(previous_response_id, how many messages the server holds, its reply aside) for a
+    def follow(self, session_id: str, messages: list[dict]) -> tuple[_Link | None, int]:
+        """(the held request's link, how many messages the server holds, its reply aside) for a
         new request of ``session_id``, and note the request for its parser; (None, 0) when no
         answered request starts its history, or nothing follows that request's reply."""
         digests = _digests(messages)
@@ -141,24 +144,48 @@ class _Chains:
         held = best.n_messages
         while held < len(messages) and messages[held].get("role") == "assistant":
             held += 1  # the reply: the server has its own output
-        return (best.response_id, best.n_messages) if held < len(messages) else (None, 0)
+        return (best, best.n_messages) if held < len(messages) else (None, 0)
 
     def take_building(self) -> _Link | None:
         return self._building.pop(getcurrent(), None)
 
 
-def _new_part(messages: list[dict], held: int) -> tuple[list[dict], int]:
+def _new_part(messages: list[dict], held: int, server_calls: tuple[str, ...] = ()) -> tuple[list[dict], int]:
     """What a request sends when the server holds ``messages[:held]`` and its reply: the
     instructions (the server does not carry them over), the tool calls the client kept in the
     reply's message (its text is the server's own output), then the messages after it; and how
-    many leading messages' contents it leaves out (``PreparedRequest.held_messages``)."""
+    many leading messages' contents it leaves out (``PreparedRequest.held_messages``).
+
+    Where the reply made function calls of its own (``server_calls``), the server holds those
+    calls: the workload's tool results answer them in order (their ``call_id`` becomes the
+    server's), a server call with no result left gets an empty one, and only the workload's calls
+    beyond the server's are sent as calls of the client's."""
     out = [m for m in messages[:held] if m.get("role") in ("system", "developer")]
     i = held
+    kept_calls: list[dict] = []
     while i < len(messages) and messages[i].get("role") == "assistant":
-        if messages[i].get("tool_calls"):
-            out.append({"role": "assistant", "content": "", "tool_calls": messages[i]["tool_calls"]})
+        kept_calls.extend(messages[i].get("tool_calls") or ())
         i += 1
-    return out + messages[i:], i
+    rest = messages[i:]
+    if not server_calls:
+        if kept_calls:
+            out.append({"role": "assistant", "content": "", "tool_calls": kept_calls})
+        return out + rest, i
+    # The workload's call ids, in order, each mapped onto a server call while there are some.
+    renamed = {c.get("id"): sid for c, sid in zip(kept_calls, server_calls, strict=False)}
+    extra = kept_calls[len(server_calls) :]
+    if extra:
+        out.append({"role": "assistant", "content": "", "tool_calls": extra})
+    answered: set[str] = set()
+    mapped: list[dict] = []
+    for m in rest:
+        if m.get("role") == "tool" and m.get("tool_call_id") in renamed:
+            sid = renamed[m.get("tool_call_id")]
+            answered.add(sid)
+            m = {**m, "tool_call_id": sid}
+        mapped.append(m)
+    missing = [{"role": "tool", "tool_call_id": sid, "content": ""} for sid in server_calls if sid not in answered]
+    return out + missing + mapped, i
 
 
 def _digests(messages: list[dict]) -> list[bytes]:
@@ -200,9 +227,10 @@ class OpenAIResponsesAdapter(Adapter):
         messages = req.messages
         previous_id, held_messages = None, 0
         if self._chains is not None:
-            previous_id, held = self._chains.follow(req.session_id, messages)
-            if previous_id is not None:
-                messages, held_messages = _new_part(messages, held)
+            link, held = self._chains.follow(req.session_id, messages)
+            if link is not None:
+                previous_id = link.response_id
+                messages, held_messages = _new_part(messages, held, link.server_calls)
         instructions, items = to_input(messages)
         body: dict[str, Any] = {}
         if req.model is not None:
@@ -237,6 +265,7 @@ class OpenAIResponsesAdapter(Adapter):
             link = self._chains.take_building()
             if link is not None and obj.get("status") in ("completed", "incomplete"):
                 link.response_id = _response_id(obj)
+                link.server_calls = _function_call_ids(obj)
         if obj.get("status") == "failed" or (obj.get("error") and obj.get("object") != "response"):
             return _error(obj.get("error") if type(obj.get("error")) is dict else obj)
         output = obj.get("output") or []
@@ -352,6 +381,18 @@ def _response_id(resp: Any) -> str | None:
     return rid if type(rid) is str and rid else None
 
 
+def _function_call_ids(resp: Any) -> tuple[str, ...]:
+    """The ``call_id`` of each ``function_call`` item in a response's ``output``."""
+    output = resp.get("output") if type(resp) is dict else None
+    if type(output) is not list:
+        return ()
+    return tuple(
+        item["call_id"]
+        for item in output
+        if type(item) is dict and item.get("type") == "function_call" and type(item.get("call_id")) is str
+    )
+
+
 class _ResponsesStream:
     """Responses events carry their own state (``response`` objects); the parser keeps only the
     request's link (server-side history), where the reply's id goes."""
@@ -387,6 +428,7 @@ class _ResponsesStream:
             usage = _usage(resp.get("usage")) if type(resp) is dict else None
             if self._link is not None:  # a whole reply: the next request may name it
                 self._link.response_id = _response_id(resp) or self._created_id
+                self._link.server_calls = _function_call_ids(resp)
             return StreamEvent(usage=usage, done=True)
         if kind == "response.created" and self._link is not None:
             self._created_id = _response_id(obj.get("response"))

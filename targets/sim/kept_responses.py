@@ -9,7 +9,9 @@ log's ``prompt_tokens`` says so. An id that is not kept (never produced, evicted
 
 Kept: the last ``max_count`` responses, each for ``keep_s`` seconds, from the moment its
 generation is admitted (a client can name it once it has the id, which comes with the first
-event). Pure bookkeeping: the clock is passed in.
+event). A request that continues a response whose reply made a function call must answer that
+call (a ``function_call_output`` with its ``call_id``), else it is a 400, as the service answers
+it. Pure bookkeeping: the clock is passed in.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class KeptResponses:
         kept = self._kept.get(rid)
         if kept is None:
             raise BadRequest(f"Previous response with id '{rid}' not found.")
+        _check_calls_answered(kept[1][-1], body.get("input"))
         return list(kept[1])  # chat_view copies what it extends
 
     def keep(
@@ -73,6 +76,17 @@ class KeptResponses:
             if now_s - t < self.keep_s:
                 break
             kept.popitem(last=False)
+
+
+def _check_calls_answered(reply: dict[str, Any], items: Any) -> None:
+    """A continued response's function calls must each get a ``function_call_output`` in the
+    new input, as the OpenAI service requires (it answers 400 otherwise)."""
+    answered = {
+        i.get("call_id") for i in (items if isinstance(items, list) else ()) if isinstance(i, dict) and i.get("type") == "function_call_output"
+    }
+    for call in reply.get("tool_calls") or ():
+        if call.get("id") not in answered:
+            raise BadRequest(f"No tool output found for function call {call.get('id')}.")
 
 
 def without_instructions(body: dict, view_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -46,3 +46,55 @@ def test_the_prompt_check_splits_sent_from_held_only_when_a_server_held_some() -
     plain = prompt_tokens_check([first], None)
     assert plain is not None and "server_held_tokens" not in plain
     assert "server-side" not in (format_prompt_check(plain) or "")
+
+
+def _tool_session_messages() -> list[dict]:
+    return [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "run the tests"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_w1", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}},
+            {"id": "call_w2", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_w1", "content": "3 passed"},
+        {"role": "tool", "tool_call_id": "call_w2", "content": "file text"},
+        {"role": "user", "content": "now fix it"},
+    ]  # fmt: skip
+
+
+def _follow_up_input(server_output: list[dict]) -> list[dict]:
+    import orjson
+
+    adapter = OpenAIResponsesAdapter(server_history=True)
+    messages = _tool_session_messages()
+    adapter.build_request(ChatRequest(messages[:2], 8, "s1", "r0"))
+    completed = {"type": "response.completed", "response": {"id": "resp_1", "usage": None, "output": server_output}}
+    adapter.new_stream().parse_line(b"data: " + orjson.dumps(completed))
+    body = orjson.loads(adapter.build_request(ChatRequest(messages, 8, "s1", "r1")).body)
+    assert body["previous_response_id"] == "resp_1"
+    return body["input"]
+
+
+def test_a_follow_up_answers_the_servers_own_function_calls() -> None:
+    """The server holds the calls its reply made; a stored call left without an output is refused
+    by the API, so the workload's results answer the server's call ids, in order."""
+    items = _follow_up_input([{"type": "function_call", "call_id": "call_srv", "name": "run_tests", "arguments": "{}"}])
+    outputs = [(i["call_id"], i["output"]) for i in items if i["type"] == "function_call_output"]
+    calls = [i["call_id"] for i in items if i["type"] == "function_call"]
+    # One server call: the first result answers it; the workload's second call is sent as the client's.
+    assert outputs == [("call_srv", "3 passed"), ("call_w2", "file text")]
+    assert calls == ["call_w2"]
+
+
+def test_server_calls_beyond_the_workloads_results_get_empty_outputs_and_none_are_left_unanswered() -> None:
+    server = [{"type": "function_call", "call_id": f"call_s{k}", "name": "t", "arguments": "{}"} for k in range(3)]
+    items = _follow_up_input(server)
+    outputs = {i["call_id"]: i["output"] for i in items if i["type"] == "function_call_output"}
+    assert outputs == {"call_s0": "3 passed", "call_s1": "file text", "call_s2": ""}
+    assert not [i for i in items if i["type"] == "function_call"]
+
+
+def test_a_reply_without_calls_keeps_the_workloads_calls_as_before() -> None:
+    items = _follow_up_input([{"type": "message", "role": "assistant", "content": []}])
+    assert [i["call_id"] for i in items if i["type"] == "function_call"] == ["call_w1", "call_w2"]
+    assert [i["call_id"] for i in items if i["type"] == "function_call_output"] == ["call_w1", "call_w2"]
