@@ -3,8 +3,8 @@
 Every method and path is forwarded (``/v1/models``, ``/health``, ``/metrics`` too). The request
 body goes upstream as received; the reply's status, headers (less hop-by-hop ones) and body bytes
 come back as the upstream sent them, each chunk written to the client as soon as it arrives.
-Nothing is parsed here: for ``POST`` of ``/v1/chat/completions`` and ``/v1/completions`` the
-request, the reply's head and every piece the client got (with when it went out) go to an
+Nothing is parsed here: for a recorded request (``apis.endpoint_of``: ``POST`` of chat
+completions, completions, Messages or Responses) the request, the reply's head and every piece the client got (with when it went out) go to an
 ``ExchangeFeed`` (``feed.py``), which hands them to the assembler process in batches.
 
 aiohttp serves the client and writes the reply's head; the body's pieces go from the upstream
@@ -32,7 +32,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
-from loadgen.capture.assembly import CHAT, COMPLETIONS
+from loadgen.capture.apis import endpoint_of
 from loadgen.capture.feed import (
     CLIENT_LEFT,
     LEFT_BEFORE_HEAD,
@@ -53,17 +53,6 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 # The largest request body accepted (long agent contexts run to megabytes).
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
-
-
-def endpoint_of(method: str, path: str) -> str | None:
-    """Which recorded endpoint a request is, if any."""
-    if method != "POST":
-        return None
-    if path.endswith("/chat/completions"):
-        return CHAT
-    if path.endswith("/completions"):
-        return COMPLETIONS
-    return None
 
 
 class _Exchange:

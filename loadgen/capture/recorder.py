@@ -4,9 +4,9 @@ Pure: events in, ``SessionAssembler`` calls out, times taken from the events (th
 monotonic clock, shared by every process on the machine). Per exchange it does what the relay
 once did inline: the request body's JSON goes to ``SessionAssembler.begin``; a 2xx reply's pieces
 go to a ``ReplyMeter`` in order; the end records the turn (``complete``) if the reply was whole,
-else drops it. A reply counts as whole when it ended cleanly, or when its ``data: [DONE]`` had gone
-to the client before the client or the upstream broke off; it ended when its ``[DONE]`` went out
-(the body's end may come later), else at the body's end.
+else drops it. A reply counts as whole when it ended cleanly, or when its stream's end marker
+(``data: [DONE]``, or its API's own) had gone to the client before the client or the upstream
+broke off; it ended when that marker went out (the body's end may come later), else at the body's end.
 
 Each ``BEGIN`` is settled exactly once: by its ``END``, or by ``abandon_open`` when the relay that
 sent it is gone (then it was cut, as a client leaving would have cut it).
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from loadgen.capture.assembly import CHAT, COMPLETIONS, PendingTurn, SessionAssembler
+from loadgen.capture.assembly import PendingTurn, SessionAssembler
 from loadgen.capture.feed import (
     BEGIN,
     CHUNK,
@@ -85,7 +85,7 @@ class ExchangeRecorder:
         if ex is None or ex.pending is None or not 200 <= status < 300:
             return
         ex.meter = ReplyMeter(
-            CHAT if ex.pending.prompt is None else COMPLETIONS,
+            ex.pending.endpoint,
             content_type=content_type,
             content_encoding=content_encoding,
         )
@@ -115,7 +115,12 @@ class ExchangeRecorder:
             if reply is not None:
                 t_end_ns = ex.t_done_ns if ex.t_done_ns is not None else t_ns
                 self.assembler.complete(
-                    pending, output_tokens=reply.output_tokens, reply_text=reply.text, now_s=t_end_ns / 1e9
+                    pending,
+                    output_tokens=reply.output_tokens,
+                    reply_text=reply.text,
+                    now_s=t_end_ns / 1e9,
+                    response_id=reply.response_id,
+                    reply_calls=reply.calls,
                 )
                 return
             self.assembler.drop(pending, cut=False, now_s=t_ns / 1e9)
