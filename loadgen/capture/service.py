@@ -203,6 +203,7 @@ def _start_assembler(config: AssemblerConfig) -> _Assembler:
                 config.to_arg(),
             ],
             stdin=read_fd,
+            process_group=0,  # a Ctrl-C reaches the relay only; the pipe's end is the assembler's cue
         )
     finally:
         os.close(read_fd)
