@@ -1,9 +1,10 @@
 """``StreamedTraceWorkload``: a large trace replayed as it is read, never held whole in memory.
 
 A file whose sessions are its rows (Azure, BurstGPT, Mooncake traces, ShareGPT conversations,
-loadgen's session files: ``WorkloadReader.iter_rows``) is read row by row each time a pass needs it: the master's count of
-planned sessions, each worker's share of the arrivals. Memory is one block of text and the
-sessions in flight, whatever the file's size.
+loadgen's session files, and a Qwen-Bailian trace's chats: ``WorkloadReader.iter_rows``) is read
+row by row each time a pass needs it: the master's count of planned sessions, each worker's share
+of the arrivals. Memory is one block of text and the sessions in flight (and a Bailian trace's
+open chats), whatever the file's size.
 
 What a whole-file read gives, it keeps: session k is the k-th arrival and its record is the one
 the whole-file reader builds. For a trace that holds because such a file must be in time order
@@ -15,11 +16,13 @@ file). A dataset without times is in file order either way.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import operator
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -93,19 +96,44 @@ class StreamedTraceWorkload(RecordSessions, Workload):
     def rows(self) -> Iterator[TraceRow]:
         """Every row, in file order, validated as read; a row earlier than the one before it (in a
         timed trace) is a one-line error: a streamed trace is replayed in file order."""
+        blocks = getattr(self._reader, "iter_row_blocks", None)
+        if blocks is not None:
+            yield from self._block_rows(blocks(self._path, self.options, tokenizer=self.tokenizer))
+            return
         prev_t = -float("inf")
         prev_line = 0
         for row in self._reader.iter_rows(self._path, self.options, tokenizer=self.tokenizer):
             t = row.time_s
             if t is not None:
                 if t < prev_t:
-                    raise WorkloadError(
-                        f"{self.source} line {row.lineno}: timestamp is {prev_t - t:g} s before line {prev_line}'s; "
-                        f"a trace of {STREAM_MIN_BYTES // 2**20} MiB or more is replayed as it is read and must be "
-                        "in time order: sort its rows by time"
-                    )
+                    self._out_of_order(row, prev_t, prev_line)
                 prev_t, prev_line = t, row.lineno
             yield row
+
+    def _block_rows(self, blocks: Iterator[tuple[list[float], int, Iterable[TraceRow]]]) -> Iterator[TraceRow]:
+        """The rows of a reader's blocks (``iter_row_blocks``: a block's times, its last line and its
+        rows, every one timed), their order checked a block at a time; a block out of order is checked row by
+        row, so the rows before the fault are still handed out and the error names its line."""
+        prev_t = -float("inf")
+        prev_line = 0
+        for times, last_line, rows in blocks:
+            if not times:
+                continue
+            if times[0] < prev_t or not all(map(operator.le, times, itertools.islice(times, 1, None))):
+                for row in rows:
+                    if row.time_s < prev_t:
+                        self._out_of_order(row, prev_t, prev_line)
+                    prev_t, prev_line = row.time_s, row.lineno
+                    yield row
+                continue
+            prev_t, prev_line = times[-1], last_line
+            yield from rows
+    def _out_of_order(self, row: TraceRow, prev_t: float, prev_line: int) -> NoReturn:
+        raise WorkloadError(
+            f"{self.source} line {row.lineno}: timestamp is {prev_t - row.time_s:g} s before line {prev_line}'s; "
+            f"a trace of {STREAM_MIN_BYTES // 2**20} MiB or more is replayed as it is read and must be "
+            "in time order: sort its rows by time"
+        )
 
     # -- Workload ------------------------------------------------------------------------------
     @property

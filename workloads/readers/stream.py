@@ -13,9 +13,11 @@ import gzip
 import json
 import zlib
 from collections.abc import Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, NamedTuple
+
+import numpy as np
 
 from workloads.compressed import compression
 from workloads.errors import WorkloadError
@@ -199,6 +201,10 @@ def iter_json_array_blocks(path: Path, blocks: Iterator[str]) -> Iterator[tuple[
         raise WorkloadError(f"{path} line {at}: expected ',' or ']' after an element; the JSON array is cut or malformed")
 
 
+_EPOCH = datetime(1970, 1, 1)  # numpy's datetime64 counts from it, without a zone
+_MICROSECOND = timedelta(microseconds=1)
+
+
 class CsvTimes:
     """Seconds from a CSV's timestamp cells, one row at a time, as ``arrivals.csv_time_values``:
     all numbers of seconds, or all ISO datetimes counted from the first one; a file that mixes the
@@ -208,6 +214,37 @@ class CsvTimes:
         self._path = path
         self._origin: datetime | None = None
         self._numbers = False
+
+    def block_seconds(self, first_lineno: int, cells: list[str]) -> list[float] | None:
+        """The seconds of a block's cells (rows ``first_lineno`` on) in one step, or None when any
+        is not in the form the trace's times take (the caller then takes them one by one with
+        ``seconds``, which names the fault). The first row of the trace fixes the form."""
+        if not cells:
+            return []
+        if self._origin is None and not self._numbers:
+            self.seconds(first_lineno, cells[0].strip())
+        if self._numbers:
+            try:
+                values = list(map(float, cells))
+            except ValueError:
+                return None
+            total = sum(values)
+            return values if total - total == 0 else None  # an inf or a nan (or a sum past 1e308)
+        origin = self._origin
+        if origin is None or origin.tzinfo is not None:
+            return None
+        # numpy parses ISO datetimes in C; only plain "YYYY-MM-DD hh:mm:ss[.f]" cells are given to
+        # it (one date/time separator, two dashes, no zone), read as fromisoformat reads them.
+        joined = "\n".join(cells)
+        n = len(cells)
+        if joined.count(" ") + joined.count("T") != n or joined.count("-") != 2 * n or "+" in joined or "Z" in joined:
+            return None
+        try:
+            ns = np.array(cells, dtype="datetime64[ns]").astype(np.int64)
+        except (ValueError, OverflowError):
+            return None
+        origin_us = (origin - _EPOCH) // _MICROSECOND
+        return ((ns // 1000 - origin_us) / 1e6).tolist()  # microseconds, as fromisoformat keeps them
 
     def seconds(self, lineno: int, cell: str) -> float:
         origin = self._origin
