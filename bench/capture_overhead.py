@@ -25,13 +25,13 @@ client instead of beside the relay. The assembler's CPU is printed apart from th
 
 Measured on the shared 2-core development machine, 100 streams of 64 tokens, ``--pin``, alternating
 runs of the one-process proxy (parsing on the relay's loop) and the relay with its assembler
-process (docs/performance.md, "The capture proxy"): added per chunk p50 0.33-0.59 ms before,
-0.10-0.23 ms after; p99 2.1-11.4 ms before, 2.3-23.5 ms after (once 0.74 ms): the p99 target is
-not met. Relay CPU per chunk 46-51 us before, 31-38 us after, plus 15-18 us in the assembler
-process. What is left is the relay's two system calls and loop per chunk, ~30 us here: the sim
-sends its steps in bunches of one or two hundred chunks and the last of a bunch wait
-milliseconds. Figures vary from run to run with the machine's load: compare paths within one run,
-and CPU per chunk across runs.
+process at load average 0.7-1.6 (docs/performance.md, "The capture proxy"): added per chunk p50
+0.35-0.45 ms before, 0.10-0.17 ms after; p99 2.4-18 ms before, 0.55-12 ms after: the p99 target
+is met in one run of six. Relay CPU per chunk 44-48 us before, 25-38 us after, plus 11-17 us in
+the assembler process. What is left is the relay's two system calls and loop per chunk, ~30 us
+here, against bunches of one or two hundred chunks from the sim: the last of a bunch wait
+milliseconds. Figures vary from run to run with the machine's load: compare paths within one
+run, and CPU per chunk across runs.
 
     .venv/bin/python bench/capture_overhead.py                  # 1 and 100 streams; 4 s each
     .venv/bin/python bench/capture_overhead.py -c 100 -d 8 --redact
