@@ -135,7 +135,7 @@ def run(config: AssemblerConfig, fd: int) -> int:
     shed = f", {recorder.shed} shed (the recording fell behind)" if recorder.shed else ""
     print(
         f"capture: wrote {writer.sessions_closed} sessions, {s.turns} turns to {writer.path} "
-        f"({s.requests} chat/completions requests; not recorded: {s.cut} cut by the client, "
+        f"({s.requests} requests; not recorded: {s.cut} cut by the client, "
         f"{s.failed} failed upstream, {s.not_recorded} unreadable{shed})",
         flush=True,
     )

@@ -1,6 +1,7 @@
 """Reading a proxied reply on the side: how many tokens it generated, and its text.
 
-The proxy hands every chunk to the client first and then to a ``ReplyMeter``. The output length is
+The relay hands every chunk to the client first; the assembler process (``recorder.py``) then
+feeds it to a ``ReplyMeter``. The output length is
 ``usage.completion_tokens`` when the server reports it, else the sum of the token-bearing chunks
 (a stream) or the reply text's tokens under loadgen's tokenizer (a whole body), all as loadgen's
 own adapters read them (``targets.adapters``: the OpenAI ones, ``anthropic-messages`` and
@@ -12,20 +13,14 @@ the function calls it made (``call_id`` -> ``name``), read from its final ``resp
 Per chunk the meter only splits SSE lines and keeps them; a line is parsed at once only when it
 may carry ``usage`` or an error (a substring test), so the common stream costs one JSON parse per
 reply, not one per token. The kept lines are parsed only when they are needed: no usage came, or
-the text is (``/v1/completions``, whose next prompt holds the reply). When the request did not ask
-for usage (``stream_options.include_usage``) they will be, and a ``ParseBacklog`` parses them in
-small slices while the stream goes on, between relays: parsing a whole reply at its end held the
-event loop for a fraction of a millisecond per reply, and an engine ends many replies in one decode
-step, so other streams' chunks waited milliseconds behind those ends. Compressed bodies (``gzip``,
+the text is (``/v1/completions``, whose next prompt holds the reply); then at the reply's end, in
+the assembler process, where no relay waits behind the parse. Compressed bodies (``gzip``,
 ``deflate``) are decompressed for reading only; the client gets them as they came.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 import zlib
-from collections import deque
 from dataclasses import dataclass
 
 import orjson
@@ -64,49 +59,8 @@ class Reply:
     calls: dict[str, str] | None = None  # a Responses reply's function calls: call_id -> name
 
 
-class ParseBacklog:
-    """Parses the kept lines of open replies on the event loop, a slice of at most ``slice_s``
-    every ``every_s``: no relay waits behind more than one slice, and the slices take at most a
-    twentieth of the loop. A line costs ~3 µs, so that keeps up with ~16,000 chunks a second (100
-    streams of tokens 10 ms apart are 10,000); past that a reply's end parses what is left.
-
-    An engine writes a decode step's chunks for all its streams at once; a slice run as soon as
-    lines were kept would land between the relays of that burst, so the first waits ``every_s``."""
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, slice_s: float = 100e-6, every_s: float = 2e-3
-    ) -> None:
-        self._loop = loop
-        self._slice_s = slice_s
-        self._every_s = every_s
-        self._meters: deque[ReplyMeter] = deque()
-        self._scheduled = False
-
-    def add(self, meter: ReplyMeter) -> None:
-        self._meters.append(meter)
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_later(self._every_s, self._run)
-
-    def _run(self) -> None:
-        meters = self._meters
-        t_end = time.perf_counter() + self._slice_s
-        while meters and time.perf_counter() < t_end:
-            meter = meters[0]
-            if not meter.parse_some(4):
-                meters.popleft()
-                meter.queued = False
-        if meters:
-            self._loop.call_later(self._every_s, self._run)
-        else:
-            self._scheduled = False
-
-
 class ReplyMeter:
-    """Fed the reply's bytes in order; ``finish()`` says what it held, or None if unreadable.
-
-    With a ``backlog`` and a request that did not ask for usage, kept stream lines are parsed
-    ahead, a slice at a time (``parse_some``); ``finish()`` parses whatever is left."""
+    """Fed the reply's bytes in order; ``finish()`` says what it held, or None if unreadable."""
 
     def __init__(
         self,
@@ -114,8 +68,6 @@ class ReplyMeter:
         *,
         content_type: str,
         content_encoding: str,
-        backlog: ParseBacklog | None = None,
-        usage_asked: bool = False,
     ) -> None:
         self._adapter = _ADAPTERS[endpoint]
         self._signals = _SIGNALS[endpoint]
@@ -134,12 +86,10 @@ class ReplyMeter:
         self._error = False
         self.stream_done = False  # the stream's own end marker (``data: [DONE]``) went by
         # The kept stream lines parsed so far (held[:_parsed]), in order, by one parser.
-        self._backlog = backlog if self._streaming and not usage_asked else None
         self._parser = self._adapter.new_stream()
         self._parsed = 0
         self._tokens = 0
         self._texts: list[str] = []
-        self.queued = False  # in the backlog
         self._finished = False
 
     def feed(self, data: bytes) -> None:
@@ -163,9 +113,6 @@ class ReplyMeter:
                 self._line(line)
         elif lines:  # the common read: token chunks only, kept as they are (blank lines too)
             self._keep(lines, len(data) - len(self._partial))
-        if self._backlog is not None and not self.queued and self._parsed < len(self._held):
-            self.queued = True
-            self._backlog.add(self)
 
     def _line(self, line: bytes) -> None:
         if len(line) <= 1:  # blank lines (b"" or b"\r") end an SSE event and carry nothing

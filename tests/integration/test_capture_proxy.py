@@ -198,7 +198,7 @@ def test_proxy_forwards_bytes_as_they_come_passes_errors_and_survives_a_client_l
     assert "1 cut by the client, 2 failed upstream" in cap.output, cap.output
     # Every recorded exchange reached the assembler process once: five requests, each settled once.
     assert (
-        "(5 chat/completions requests; not recorded: 1 cut by the client, 2 failed upstream, 0 unreadable)"
+        "(5 requests; not recorded: 1 cut by the client, 2 failed upstream, 0 unreadable)"
         in cap.output
     ), cap.output
     wl = load_workload(str(out))

@@ -82,7 +82,7 @@ def test_a_killed_relay_leaves_every_exchange_settled_once_and_the_file_written(
             cap.stop()
     summary = cap.output.strip().splitlines()[-1]
     assert summary == (
-        f"capture: wrote 1 sessions, 3 turns to {out} (4 chat/completions requests; not recorded: "
+        f"capture: wrote 1 sessions, 3 turns to {out} (4 requests; not recorded: "
         "1 cut by the client, 0 failed upstream, 0 unreadable)"
     ), cap.output
     assert "the relay ended with 1 replies on the wire" in cap.stderr()

@@ -146,57 +146,6 @@ def test_error_replies_are_not_recorded_and_compressed_bodies_are_read() -> None
     assert ReplyMeter("chat", content_type="application/json", content_encoding="br").finish() is None
 
 
-def test_replies_parsed_ahead_by_the_backlog_are_the_replies_parsed_at_their_end() -> None:
-    import asyncio
-
-    from loadgen.capture.reply import ParseBacklog
-
-    rng = random.Random(3)
-    bodies = []
-    for i in range(30):
-        chunks = [_chunk(f" w{j}") for j in range(rng.randint(0, 40))]
-        if i % 5 == 0:
-            chunks.insert(0, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-        if i % 7 == 0:
-            chunks.append({"choices": [], "usage": {"completion_tokens": len(chunks) + 3}})
-        if i == 11:
-            chunks.append({"error": {"message": "overloaded", "code": 503}})
-        bodies.append(_sse(*chunks, b"[DONE]"))
-
-    def meter(backlog=None, usage_asked=False) -> ReplyMeter:
-        return ReplyMeter("chat", content_type="text/event-stream", content_encoding="", backlog=backlog,
-                          usage_asked=usage_asked)  # fmt: skip
-
-    async def through_the_backlog() -> tuple[list, list[int], int]:
-        backlog = ParseBacklog(asyncio.get_running_loop(), slice_s=20e-6, every_s=0.0)
-        meters = [meter(backlog) for _ in bodies]
-        asked = meter(backlog, usage_asked=True)  # its usage will come: nothing to parse ahead
-        pieces = [[b[k : k + 23] for k in range(0, len(b), 23)] for b in bodies]
-        for step in range(max(map(len, pieces))):  # the replies interleaved, a read at a time
-            for m, p in zip(meters, pieces, strict=True):
-                if step < len(p):
-                    m.feed(p[step])
-            asked.feed(bodies[0][:5] if step == 0 else b"")
-            await asyncio.sleep(0)
-        for _ in range(10_000):
-            if not any(m.queued for m in meters):
-                break
-            await asyncio.sleep(0)
-        parsed_ahead = [m._parsed for m in meters]
-        return [m.finish() for m in meters], parsed_ahead, asked._parsed
-
-    replies, parsed_ahead, asked_parsed = asyncio.run(through_the_backlog())
-    at_the_end = []
-    for b in bodies:
-        m = meter()
-        m.feed(b)
-        at_the_end.append(m.finish())
-    assert replies == at_the_end
-    assert at_the_end[11] is None  # the error reply
-    # Every reply without usage was parsed ahead, before its end; the one that asked was not.
-    assert all(n > 0 for i, n in enumerate(parsed_ahead) if i != 11 and bodies[i].count(b"data:") > 1)
-    assert asked_parsed == 0
-
 
 def test_a_reply_too_big_to_keep_is_recorded_only_when_its_usage_says_its_length(monkeypatch) -> None:
     import loadgen.capture.reply as reply_mod
