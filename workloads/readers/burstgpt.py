@@ -20,10 +20,11 @@ one-turn session at its timestamp, in arrival order (ties keep file order).
 from __future__ import annotations
 
 import csv
+import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.readers.azure import _int
 from workloads.readers.base import WorkloadReader, short, whole_number
-from workloads.readers.stream import TraceRow, iter_text_lines
+from workloads.readers.stream import TraceRow, iter_text_blocks, lines_of
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -69,56 +70,58 @@ class BurstGPTReader(WorkloadReader):
     ) -> Iterator[TraceRow]:
         """The rows kept, in file order, each validated as it is read; ``dropped`` counts the rows
         left out by reason (``workloads.readers.stream``)."""
+        for _times, _last_line, rows in self.iter_row_blocks(path, options, tokenizer=tokenizer, dropped=dropped):
+            yield from rows
+
+    def iter_row_blocks(
+        self,
+        path: Path,
+        options: Mapping[str, str],
+        *,
+        tokenizer: TextTokenizer = BUILTIN,
+        dropped: dict[str, int] | None = None,
+    ) -> Iterator[tuple[list[float], int, Iterable[TraceRow]]]:
+        """``iter_rows``' rows a block of text at a time, with their times and the last one's line
+        (as ``AzureReader.iter_row_blocks``: a plain block in one step, any other row by row)."""
         where = str(path)
         self.check_options(options, where)
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
-        keep_model = _choices(options.get("model"))
-        keep_log = _choices(options.get("log_type"))
-        reader = csv.reader(iter_text_lines(path, "BurstGPT trace"))
-        header = [h.strip().lower() for h in next(reader, None) or []]
-        missing = [c for c in COLUMNS if c not in header]
-        if missing:
-            found = ", ".join(header)[:60] or "nothing"
-            raise WorkloadError(
-                f"{where} line 1: no {COLUMNS[missing[0]]} column (found {found}); give a CSV with "
-                "Timestamp, Model, Request tokens, Response tokens, Total tokens and Log Type"
-            )
-        col = {c: header.index(c) for c in COLUMNS}
-        if dropped is None:
-            dropped = {}
-        for key in ("model", "log_type", "zero_response_tokens"):
-            dropped.setdefault(key, 0)
-        stem = path.stem
-        kept = 0
-        for lineno, row in enumerate(reader, start=2):
-            if not row or not any(cell.strip() for cell in row):
-                continue
-            at = f"{where} line {lineno}"
-            if len(row) < len(header):
-                raise WorkloadError(f"{at}: {len(row)} columns, the header has {len(header)}; give every column")
-            t = _seconds(row[col["timestamp"]], at=f"{at}: Timestamp")
-            n_in = whole_number(_int(row[col["request tokens"]]), where=f"{at}: Request tokens", at_least=0)
-            n_out = whole_number(_int(row[col["response tokens"]]), where=f"{at}: Response tokens", at_least=0)
-            if keep_model is not None and row[col["model"]].strip().lower() not in keep_model:
-                dropped["model"] += 1
-                continue
-            if keep_log is not None and row[col["log type"]].strip().lower() not in keep_log:
-                dropped["log_type"] += 1
-                continue
-            if n_out == 0:
-                dropped["zero_response_tokens"] += 1
-                continue
-            kept += 1
-            yield TraceRow(
-                lineno,
-                t,
-                {
-                    "id": f"{stem}-L{lineno}",
-                    "tenant": tenant,
-                    "turns": [{"tokens": max(1, n_in), "max_tokens": n_out, "role": "user"}],
-                    "request_tokens": n_in,
-                },
-            )
+        blocks = iter_text_blocks(path, "BurstGPT trace")
+        try:
+            first = next(blocks, "")
+            cut = first.find("\n") + 1 or len(first)
+            header = [h.strip().lower() for h in next(csv.reader([first[:cut]]), None) or []]
+            missing = [c for c in COLUMNS if c not in header]
+            if missing:
+                found = ", ".join(header)[:60] or "nothing"
+                raise WorkloadError(
+                    f"{where} line 1: no {COLUMNS[missing[0]]} column (found {found}); give a CSV with "
+                    "Timestamp, Model, Request tokens, Response tokens, Total tokens and Log Type"
+                )
+            if dropped is None:
+                dropped = {}
+            for key in ("model", "log_type", "zero_response_tokens"):
+                dropped.setdefault(key, 0)
+            lay = _Layout(
+                where, path.stem, tenant, len(header), {c: header.index(c) for c in COLUMNS},
+                _choices(options.get("model")), _choices(options.get("log_type")), dropped,
+            )  # fmt: skip
+            kept = 0
+            lineno = 2  # of the block's first line
+            for block in itertools.chain((first[cut:],), blocks):
+                if not block:
+                    continue
+                plain = _plain_block(block, lineno, lay)
+                if plain is None:  # row by row, lazily: the rows before a fault are still handed out
+                    for row in _careful_rows(block, lineno, lay):
+                        kept += 1
+                        yield [row[1]], row[0], (row,)
+                elif plain[0]:
+                    kept += len(plain[0])
+                    yield plain
+                lineno += block.count("\n") + (not block.endswith("\n"))
+        finally:
+            blocks.close()  # type: ignore[attr-defined]
         if not kept:
             left = ", ".join(f"{v} by {k}" for k, v in dropped.items() if v) or "the file has none"
             raise WorkloadError(
@@ -144,6 +147,108 @@ class BurstGPTReader(WorkloadReader):
             offsets_s=offsets,
             stats={"dropped": {k: v for k, v in dropped.items() if v}, "zero_request_rows": zero_request},
             tokenizer=tokenizer,
+        )
+
+
+class _Layout(NamedTuple):
+    """Where a trace's fields are, what is kept, and what its rows are built with."""
+
+    where: str
+    stem: str
+    tenant: str
+    width: int
+    col: dict[str, int]
+    keep_model: set[str] | None
+    keep_log: set[str] | None
+    dropped: dict[str, int]
+
+
+def _plain_block(block: str, lineno: int, lay: _Layout) -> tuple[list[float], int, Iterator[TraceRow]] | None:
+    """The kept rows' times, the last line and the kept rows of a block of whole lines (the first
+    is line ``lineno``) parsed in one step, or None when the block is not plain (then
+    ``_careful_rows`` reads it and names any fault). Its left-out rows are counted."""
+    if '"' in block:
+        return None
+    text = block[:-1] if block.endswith("\n") else block
+    n = text.count("\n") + 1
+    width, col = lay.width, lay.col
+    if text.count(",") != (width - 1) * n:  # a blank line, a short or a long row
+        return None
+    cells = text.replace("\n", ",").split(",")
+    try:
+        times = list(map(float, cells[col["timestamp"] :: width]))
+        ins = list(map(int, cells[col["request tokens"] :: width]))
+        outs = list(map(int, cells[col["response tokens"] :: width]))
+    except ValueError:
+        return None
+    total = sum(times)
+    if total - total != 0 or min(ins) < 0 or min(outs) < 0:  # an inf or a nan, a negative count
+        return None
+    kept: Iterable[int] = range(n)
+    if lay.keep_model is not None:
+        models, keep = cells[col["model"] :: width], lay.keep_model
+        kept = [j for j in kept if models[j].strip().lower() in keep]
+        lay.dropped["model"] += n - len(kept)
+    if lay.keep_log is not None:
+        logs, keep, before = cells[col["log type"] :: width], lay.keep_log, len(kept)  # type: ignore[arg-type]
+        kept = [j for j in kept if logs[j].strip().lower() in keep]
+        lay.dropped["log_type"] += before - len(kept)
+    before = len(kept)  # type: ignore[arg-type]
+    kept = [j for j in kept if outs[j]]
+    lay.dropped["zero_response_tokens"] += before - len(kept)
+    if not kept:
+        return [], lineno + n - 1, ()
+    stem, tenant = lay.stem, lay.tenant
+    new = tuple.__new__  # TraceRow(...) without its Python-level __new__
+    rows = (  # built as they are taken: a row dies young (see azure._plain_block)
+        new(
+            TraceRow,
+            (
+                lineno + j,
+                times[j],
+                {
+                    "id": f"{stem}-L{lineno + j}",
+                    "tenant": tenant,
+                    "turns": [{"tokens": max(1, ins[j]), "max_tokens": outs[j], "role": "user"}],
+                    "request_tokens": ins[j],
+                },
+            ),
+        )
+        for j in kept
+    )
+    return [times[j] for j in kept], lineno + kept[-1], rows
+
+
+def _careful_rows(block: str, lineno: int, lay: _Layout) -> Iterator[TraceRow]:
+    """A block's kept rows one by one, each checked field by field (the first is line ``lineno``)."""
+    where, col, dropped, keep_model, keep_log = lay.where, lay.col, lay.dropped, lay.keep_model, lay.keep_log
+    for k, row in enumerate(csv.reader(lines_of([block])), start=lineno):
+        if not row or not any(cell.strip() for cell in row):
+            continue
+        at = f"{where} line {k}"
+        if len(row) < lay.width:
+            raise WorkloadError(f"{at}: {len(row)} columns, the header has {lay.width}; give every column")
+        t = _seconds(row[col["timestamp"]], at=f"{at}: Timestamp")
+        n_in = whole_number(_int(row[col["request tokens"]]), where=f"{at}: Request tokens", at_least=0)
+        n_out = whole_number(_int(row[col["response tokens"]]), where=f"{at}: Response tokens", at_least=0)
+        if keep_model is not None and row[col["model"]].strip().lower() not in keep_model:
+            dropped["model"] += 1
+            continue
+        if keep_log is not None and row[col["log type"]].strip().lower() not in keep_log:
+            dropped["log_type"] += 1
+            continue
+        if n_out == 0:
+            dropped["zero_response_tokens"] += 1
+            continue
+        yield TraceRow(
+            k,
+            t,
+            {
+                "id": f"{lay.stem}-L{k}",
+                "tenant": lay.tenant,
+                "turns": [{"tokens": max(1, n_in), "max_tokens": n_out, "role": "user"}],
+                "request_tokens": n_in,
+            },
         )
 
 
