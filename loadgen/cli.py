@@ -17,6 +17,7 @@ from loadgen.loss_timeouts import (
     MASTER_LOSS_TIMEOUT_HELP,
     WORKER_LOSS_TIMEOUT_HELP,
 )
+from loadgen.worker_clock import ALLOW_CLOCK_OFFSET_HELP, MAX_CLOCK_OFFSET_DEFAULT, MAX_CLOCK_OFFSET_HELP
 
 
 class _Parsed(click.ParamType):
@@ -145,6 +146,8 @@ def run(**kwargs: Any) -> None:
 @click.option("--join-secret-file", default=None, help="File holding the workers' join secret (default: $LOADGEN_JOIN_SECRET). Required off loopback.")
 @click.option("--allow-unauthenticated-workers", is_flag=True, help="Off loopback without a join secret: any client reaching the port joins (recorded in run.json).")
 @click.option("--worker-loss-timeout", type=DURATION, default=f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s", show_default=True, help=WORKER_LOSS_TIMEOUT_HELP)
+@click.option("--max-clock-offset", type=DURATION, default=MAX_CLOCK_OFFSET_DEFAULT, show_default=True, help=MAX_CLOCK_OFFSET_HELP)
+@click.option("--allow-clock-offset", is_flag=True, help=ALLOW_CLOCK_OFFSET_HELP)
 def master(**kwargs: Any) -> None:
     """Run as the master of a distributed run; workers join with 'loadgen worker'."""
     from loadgen.run import run as run_load

@@ -33,6 +33,7 @@ from loadgen.run_workload import (
     tokenizer_file_text,
     workload_file_text,
 )
+from loadgen.worker_clock import ALLOW_CLOCK_OFFSET_HELP, MAX_CLOCK_OFFSET_DEFAULT, MAX_CLOCK_OFFSET_HELP
 
 DEFAULT_DURATION_S = 60.0
 
@@ -93,6 +94,9 @@ def add_arguments(parser: Any) -> None:
     # Process-wide, not per run: heartbeat timeouts of the master and of each worker (loadgen/loss_timeouts.py).
     g.add_argument("--worker-loss-timeout", default=f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s", include_in_web_ui=False, help=WORKER_LOSS_TIMEOUT_HELP)
     g.add_argument("--master-loss-timeout", default=f"{DEFAULT_MASTER_LOSS_TIMEOUT_S:g}s", include_in_web_ui=False, help=MASTER_LOSS_TIMEOUT_HELP)
+    # Process-wide, not per run: how far a worker's clock may be off the master's (loadgen/worker_clock.py).
+    g.add_argument("--max-clock-offset", default=MAX_CLOCK_OFFSET_DEFAULT, include_in_web_ui=False, help=MAX_CLOCK_OFFSET_HELP)
+    g.add_argument("--allow-clock-offset", action="store_true", default=False, include_in_web_ui=False, help=ALLOW_CLOCK_OFFSET_HELP)
     g.add_argument("--target-info", default="", include_in_web_ui=False, help=argparse.SUPPRESS)
     # Process-wide, not per run: the endpoint lives as long as the master (docs/prometheus.md).
     g.add_argument("--prometheus-port", type=int, default=0, include_in_web_ui=False, help="Serve /metrics for Prometheus on this port (master only; 0 = off)")

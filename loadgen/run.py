@@ -30,6 +30,7 @@ from loadgen.loss_timeouts import (
 from loadgen.options import new_run_id
 from loadgen.stop_request import STOP_SIGNAL
 from loadgen.verdict import EXIT_CODES, EXIT_INCOMPLETE
+from loadgen.worker_clock import MAX_CLOCK_OFFSET_DEFAULT, parse_max_clock_offset
 
 LOCUSTFILE = str(Path(__file__).with_name("locustfile.py"))
 
@@ -100,6 +101,9 @@ class RunOptions:
     join_secret_file: str | None = None
     allow_unauthenticated_workers: bool = False
     worker_loss_timeout: str = f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s"  # a worker silent this long is lost
+    # a worker whose clock is off by more than this is refused before load (loadgen/worker_clock.py)
+    max_clock_offset: str = MAX_CLOCK_OFFSET_DEFAULT
+    allow_clock_offset: bool = False
     # the master's Prometheus endpoint (loadgen/metrics_endpoint.py); 0 = off
     prometheus_port: int = 0
     prometheus_host: str = "127.0.0.1"
@@ -164,6 +168,10 @@ def validate(opts: RunOptions) -> None:
         raise UserError(f"--workers {opts.workers}: must be at least 1")
     if opts.master:
         parse_loss_timeout("--worker-loss-timeout", opts.worker_loss_timeout)
+        try:
+            parse_max_clock_offset(opts.max_clock_offset)
+        except ValueError as e:
+            raise UserError(f"--max-clock-offset: {e}") from None
     from loadgen.options import check_positive, check_session_count
 
     check_positive("--trace-time-scale", opts.trace_time_scale, "it multiplies the trace's gaps: 0.5 replays twice as fast")
@@ -430,7 +438,8 @@ def process_args(opts: RunOptions) -> list[str]:
     if opts.master:
         n = str(opts.expect_workers)
         argv += ["--master", "--expect-workers", n, "--master-bind-host", opts.bind, "--master-bind-port", str(opts.master_port)]
-        argv += ["--worker-loss-timeout", opts.worker_loss_timeout]
+        argv += ["--worker-loss-timeout", opts.worker_loss_timeout, "--max-clock-offset", opts.max_clock_offset]
+        argv += ["--allow-clock-offset"] if opts.allow_clock_offset else []
         users = n
     else:
         # Always a master and worker process(es), even for one worker: merging, writing results

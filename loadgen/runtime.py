@@ -75,8 +75,18 @@ from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
 from loadgen.stop_request import STOP_SIGNAL, take_sigterm
-from loadgen.verdict import EXIT_INCOMPLETE, Verdict, decide_verdict
-from loadgen.worker_clock import CLOCK_GOOD_ERROR_S, CLOCK_PINGS, CLOCK_REFINE_WAIT_S, worker_wall_time
+from loadgen.verdict import EXIT_INCOMPLETE, EXIT_USAGE, Verdict, decide_verdict
+from loadgen.worker_clock import (
+    CLOCK_GOOD_ERROR_S,
+    CLOCK_PINGS,
+    CLOCK_RECHECK_PINGS,
+    CLOCK_RECHECK_S,
+    CLOCK_REFINE_WAIT_S,
+    DEFAULT_MAX_CLOCK_OFFSET_S,
+    clock_offset_refusal,
+    parse_max_clock_offset,
+    worker_wall_time,
+)
 from loadgen.worker_env import load_plan_workload
 from targets.quiet_gc import quiet_gc
 
@@ -212,8 +222,25 @@ class LoadgenRuntime:
         self.worker_loss_timeout_s = self._loss_timeout("worker_loss_timeout", DEFAULT_WORKER_LOSS_TIMEOUT_S)
         self.master_loss_timeout_s = self._loss_timeout("master_loss_timeout", DEFAULT_MASTER_LOSS_TIMEOUT_S)
         self._timeouts_checked = False
+        self.max_clock_offset_s, self.allow_clock_offset = self._clock_bound()
+        self._recheck: dict[str, dict[str, Any]] = {}  # a slot holder's clock re-measured mid-run
+        self._drift_warned: set[str] = set()
         self.join_gate: JoinGate | None = None  # Locust's own messages wait for the join secret too
         self.peers: PeerAddresses | None = None  # the address each worker's messages come from
+
+    def _clock_bound(self) -> tuple[float, bool]:
+        """``--max-clock-offset`` and ``--allow-clock-offset``; a bad bound ends the process with a
+        one-line error, as a bad loss timeout does."""
+        options = getattr(self.env, "parsed_options", None)
+        allow = bool(getattr(options, "allow_clock_offset", False))
+        value = getattr(options, "max_clock_offset", None)
+        if value in (None, ""):
+            return DEFAULT_MAX_CLOCK_OFFSET_S, allow
+        try:
+            return parse_max_clock_offset(value), allow
+        except ValueError as e:
+            print(f"Error: --max-clock-offset: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
 
     def _loss_timeout(self, name: str, default_s: float) -> float:
         """A loss timeout from Locust's options; a bad one ends the process with a one-line error
@@ -451,9 +478,72 @@ class LoadgenRuntime:
             self._fatal("run incomplete: no worker could load the plan", EXIT_INCOMPLETE)
             return
         self._refine_clocks()
+        if self._refuse_off_clocks():
+            return
         rtts = [r["rtt_s"] for r in self._ready.values() if r.get("rtt_s") is not None]
         lead = max(START_LEAD_LOCAL_S, 3 * max(rtts, default=0.0))
         self._go(time.time() + lead)
+
+    def _clock_refusal(self, wid: str, r: dict[str, Any]) -> str | None:
+        if r.get("clock_offset_s") is None:
+            return None
+        return clock_offset_refusal(
+            wid, float(r["clock_offset_s"]), float(r.get("clock_offset_error_s") or 0.0), self.max_clock_offset_s
+        )
+
+    def _refuse_off_clocks(self) -> bool:
+        """Before load: a worker whose clock is off by more than --max-clock-offset ends the run
+        (exit 2, one line naming it), unless --allow-clock-offset accepts it (then recorded)."""
+        for wid in sorted(self._ready):
+            text = self._clock_refusal(wid, self._ready[wid])
+            if text is None:
+                continue
+            if not self.allow_clock_offset:
+                self._abort_reason = text
+                self._preparing = False
+                self._fatal(text, EXIT_USAGE)
+                return True
+            self._run_info_doc.setdefault("warnings", []).append(
+                f"worker {wid}'s clock offset accepted with --allow-clock-offset: {text.split(': sync')[0]}"
+            )
+        return False
+
+    def _recheck_clocks(self) -> None:
+        """During the run, every CLOCK_RECHECK_S: each slot holder's clock measured again (a few
+        pings, the least-error one kept), its drift from the offset it was anchored on recorded."""
+        while True:
+            gevent.sleep(CLOCK_RECHECK_S)
+            for wid in list(self.slots):
+                if wid in self._ready and not self._out_of_run(wid) and wid not in self._recheck:
+                    self._recheck[wid] = {"pings": 0, "best": None}
+                    self._ping(wid)
+
+    def _take_recheck(self, wid: str, clock: dict[str, float]) -> None:
+        round_ = self._recheck[wid]
+        round_["pings"] += 1
+        if round_["best"] is None or clock["clock_offset_error_s"] < round_["best"]["clock_offset_error_s"]:
+            round_["best"] = clock
+        best = round_["best"]
+        if best["clock_offset_error_s"] > CLOCK_GOOD_ERROR_S and round_["pings"] < CLOCK_RECHECK_PINGS:
+            gevent.spawn_later(0.02, self._ping, wid)
+            return
+        del self._recheck[wid]
+        info = self._ready.get(wid)
+        if info is None or info.get("clock_offset_s") is None:
+            return
+        drift_s = round(best["clock_offset_s"] - float(info["clock_offset_s"]), 6)
+        info["clock_rechecks"] = int(info.get("clock_rechecks") or 0) + 1
+        if abs(drift_s) >= abs(float(info.get("clock_drift_s") or 0.0)):
+            info["clock_drift_s"] = drift_s
+        error_s = best["clock_offset_error_s"] + float(info.get("clock_offset_error_s") or 0.0)
+        if abs(drift_s) - error_s > self.max_clock_offset_s and wid not in self._drift_warned and self.writer is not None:
+            self._drift_warned.add(wid)
+            text = (
+                f"worker {wid}'s clock drifted {drift_s * 1000:+.1f} ms (+/- {error_s * 1000:.1f} ms) during the run, "
+                f"over --max-clock-offset {self.max_clock_offset_s * 1000:g}ms: its later arrivals are off by about that"
+            )
+            log.warning("%s", text)
+            self.writer.run_info.setdefault("warnings", []).append(text)
 
     def _refine_clocks(self) -> None:
         """Wait (at most CLOCK_REFINE_WAIT_S) for the pings that refine the READY clock samples,
@@ -512,6 +602,8 @@ class LoadgenRuntime:
             self.writer.update_run(accounting=self.accounting.as_dict())
         self.progress = ProgressLine(cfg, t0_unix_s, self.aggregate, self._in_flight_summary)
         self._greenlets.append(gevent.spawn(self._flush_loop))
+        if self.role == "master":
+            self._greenlets.append(gevent.spawn(self._recheck_clocks))
         if cfg.duration_s is not None:
             self._greenlets.append(gevent.spawn(self._stop_after, cfg.duration_s))
         if self.role == "master":
@@ -911,6 +1003,9 @@ class LoadgenRuntime:
             "clock_offset_s": round(((t1w - t0m) + (t2w - t3m)) / 2, 6),
             "clock_offset_error_s": round(max(0.0, (t3m - t0m) - (t2w - t1w)) / 2, 6),
         }
+        if wid in self._recheck:
+            self._take_recheck(wid, clock)
+            return
         best = self._clock.get(wid)
         if best is None or clock["clock_offset_error_s"] < best["clock_offset_error_s"]:
             self._clock[wid] = best = clock
@@ -920,6 +1015,12 @@ class LoadgenRuntime:
             gevent.spawn_later(0.02 if self._preparing else 0.1, self._ping, wid)
             return
         if self.config is None or self.writer is None or wid in self.slots or wid in self.standby:
+            return
+        refusal = self._clock_refusal(wid, best)
+        if refusal is not None and not self.allow_clock_offset:
+            log.error("%s; it gets no part of the run", refusal)
+            self.writer.run_info.setdefault("warnings", []).append(f"refused a worker that joined: {refusal}")
+            self.env.runner.send_message(MSG_DENIED, {"why": refusal}, client_id=wid)
             return
         text = self._clock_warning(wid, best)
         if text:
@@ -1430,7 +1531,12 @@ class LoadgenRuntime:
     def _on_denied(self, environment: Any, msg: Any, **_: Any) -> None:
         if not self._denied_logged:
             self._denied_logged = True
-            message = "the master refused this worker (its join secret is missing or wrong); it gets no part of the run"
+            why = (msg.data or {}).get("why") if isinstance(msg.data, dict) else None
+            message = (
+                f"the master refused this worker: {why}"
+                if why
+                else "the master refused this worker (its join secret is missing or wrong); it gets no part of the run"
+            )
             log.error("%s", message)
             print(f"Error: {message}", file=sys.stderr, flush=True)
 

@@ -25,7 +25,7 @@ SKEW_S = 0.2
 def test_a_worker_with_a_skewed_clock_is_measured_and_sends_on_time(tmp_path) -> None:
     port, results, run_id, n = free_port(), tmp_path / "results", "skew", 20
     with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log), _processes() as procs:
-        args = _master_args(proc.url, port, results, run_id, 1, "--rate", "20", "--num-sessions", str(n))
+        args = _master_args(proc.url, port, results, run_id, 1, "--rate", "20", "--num-sessions", str(n), "--allow-clock-offset")
         procs.append(_start([*LOADGEN, *args], tmp_path / "master.log"))
         procs.append(_start([*LOADGEN, *_worker_args(port)], tmp_path / "worker.log", LOADGEN_WORKER_CLOCK_OFFSET_S=str(SKEW_S)))
         assert procs[0].wait(timeout=60) == 0, (tmp_path / "master.log").read_text()[-3000:]
@@ -43,6 +43,7 @@ def test_a_worker_with_a_skewed_clock_is_measured_and_sends_on_time(tmp_path) ->
     assert worker["clock_samples"] >= 1, worker
     assert worker["clock_offset_error_s"] <= CLOCK_GOOD_ERROR_S or worker["clock_samples"] == 1 + CLOCK_PINGS, worker
     assert any(f"{worker['id']}'s clock is +" in w for w in info["warnings"]), info["warnings"]
+    assert any("accepted with --allow-clock-offset" in w for w in info["warnings"]), info["warnings"]
     assert "ms off the master's" in master_log
 
     # Each first turn's arrival at the server against its intended time on the master's clock.
@@ -71,7 +72,7 @@ def test_a_skewed_worker_that_takes_over_a_lost_slot_mid_run_is_measured_too(tmp
     port, results, run_id = free_port(), tmp_path / "results", "skew-late"
     with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log), _processes() as procs:
         # Two slots: a run whose every worker is lost stops, with nobody left to hand a slot to.
-        args = _master_args(proc.url, port, results, run_id, 2, "--rate", "20", "--num-sessions", "180")
+        args = _master_args(proc.url, port, results, run_id, 2, "--rate", "20", "--num-sessions", "180", "--allow-clock-offset")
         procs.append(_start([*LOADGEN, *args], tmp_path / "master.log"))
         first = _start([*LOADGEN, *_worker_args(port)], tmp_path / "first.log")
         procs += [first, _start([*LOADGEN, *_worker_args(port)], tmp_path / "second.log")]
@@ -89,6 +90,30 @@ def test_a_skewed_worker_that_takes_over_a_lost_slot_mid_run_is_measured_too(tmp
     newcomer = lost["replaced_by"]
     [entry] = [w for w in info["workers"] if w["id"] == newcomer]
     assert abs(entry["clock_offset_s"] - SKEW_S) < 0.010, entry
+    # The survivor held its slot for the whole ~9 s run: its clock was measured again mid-run
+    # (every 5 s), and had not drifted from the offset it was anchored on.
+    [survivor] = [w for w in info["workers"] if w["id"] not in (newcomer, lost["worker"])]
+    assert survivor["clock_rechecks"] >= 1, survivor
+    assert abs(survivor["clock_drift_s"]) <= survivor["clock_offset_error_s"] + 0.010, survivor
     late_ms = _first_turn_lateness_ms(info, recs, truth(truth_log), wall_minus_perf_s, newcomer)
     assert len(late_ms) > 10
     assert min(late_ms) > -20 and statistics.median(late_ms) < 20, sorted(late_ms)
+
+
+def test_a_worker_whose_clock_is_off_past_the_bound_is_refused_before_load(tmp_path) -> None:
+    """Without --allow-clock-offset, a worker 0.2 s off (default bound 5 ms) ends the run before
+    any load: exit 2, one line naming the worker and its offset."""
+    port, results, run_id = free_port(), tmp_path / "results", "skew-refused"
+    with sim(tmp_path, *H200, "--seed", "1") as (proc, truth_log), _processes() as procs:
+        args = _master_args(proc.url, port, results, run_id, 1, "--rate", "20", "--num-sessions", "10")
+        procs.append(_start([*LOADGEN, *args], tmp_path / "master.log"))
+        procs.append(_start([*LOADGEN, *_worker_args(port)], tmp_path / "worker.log", LOADGEN_WORKER_CLOCK_OFFSET_S=str(SKEW_S)))
+        code = procs[0].wait(timeout=60)
+        out = (tmp_path / "master.log").read_text()
+        served = [rid for rid in truth(truth_log) if rid.startswith(f"{run_id}-")]
+    assert code == 2, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("Error: worker ")]
+    assert len(errors) == 1, out[-3000:]
+    assert "'s clock is +2" in errors[0] and "over --max-clock-offset 5ms" in errors[0], errors[0]
+    assert "--allow-clock-offset" in errors[0] and "Traceback" not in out
+    assert served == []  # nothing reached the target

@@ -139,6 +139,7 @@ class Net:
         worker_env: dict[str, dict[str, str]] | None = None,
         during: Callable[[Path], None] | None = None,
         extra_hosts: Callable[[int], list] | None = None,
+        master_extra: tuple[str, ...] = (),
     ) -> Outcome:
         """One headless run, master on m, workers on w1 and w2 (each told ``worker_master[host]``
         as its master's HOST:PORT, default the master's own), target the sim unless ``target``."""
@@ -149,7 +150,7 @@ class Net:
             *LOADGEN, "master", "--headless", "--expect-workers", "2", "--bind", m_addr, "--master-port", str(port),
             "--target", target or f"http://{self.topo.address('t')}:{SIM_PORT}", "--workload", str(self.workload),
             "--seed", str(SEED), "--rate", str(RATE_PER_S), "--num-sessions", str(SESSIONS), "--results", str(results),
-            "--run-id", run_id, "--max-schedule-lag", "10s",
+            "--run-id", run_id, "--max-schedule-lag", "10s", *master_extra,
         ]  # fmt: skip
         procs = [self.start("m", master_argv, f"{run_id}-master")]
         procs += extra_hosts(port) if extra_hosts else []
@@ -393,6 +394,7 @@ def hostile(net: Net) -> tuple[Outcome, dict[str, bytes]]:
     out = net.run(
         "mh-hostile", extra_hosts=rogue_and_recorders, worker_master={"w1": f"127.0.0.1:{LOCAL_RELAY_PORT}"},
         worker_env={host: _faketime_env(skew_s) for host, skew_s in SKEWS_S.items()},
+        master_extra=("--allow-clock-offset",),  # clocks this far off are refused by default
     )  # fmt: skip
     return out, {h: p.read_bytes() for h, p in captured.items()}
 
