@@ -10,7 +10,9 @@ What a whole-file read gives, it keeps: session k is the k-th arrival and its re
 the whole-file reader builds. For a trace that holds because such a file must be in time order
 (published traces are): rows are taken in file order, and a row earlier than the one before it
 is a one-line error naming its line (the whole-file reader sorts instead, which needs the whole
-file). A dataset without times is in file order either way.
+file). A dataset without times is in file order either way. A Qwen-Bailian trace's chats are
+linked within a horizon (``workloads.readers.bailian_stream``): a turn later than that after its
+parent's starts a session of its own, where the whole-file reader links any gap.
 """
 
 from __future__ import annotations
