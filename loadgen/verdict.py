@@ -59,13 +59,25 @@ def verdict_from_summary(summary: dict[str, Any], slos: list[str], run_info: dic
         return Verdict(EXIT_INCOMPLETE, "run incomplete: " + "; ".join(incomplete))
     verdict = _verdict(summary, slos)
     lost = info.get("lost_workers") or []
-    replanned = [w for w in lost if "returned_at_s" not in w]
+    replanned = [w for w in lost if _still_lost(w)]
     if replanned:
         verdict.reason += f"; {_lost_text(replanned)} with nothing in flight, its later arrivals sent by the others"
-    back = [w for w in lost if "returned_at_s" in w]
+    back = [w for w in lost if not _still_lost(w)]
     if back:
         verdict.reason += f"; {_lost_text(back)} and back, whose late reports were merged"
     return verdict
+
+
+def _still_lost(worker: dict[str, Any]) -> bool:
+    """Lost and not back, or back and then lost again (run.json ``lost_workers[]``)."""
+    return "returned_at_s" not in worker or "lost_again_at_s" in worker
+
+
+def _in_flight_at_loss(worker: dict[str, Any]) -> list[Any]:
+    """The sessions it had in flight when it was lost for the last time."""
+    if "lost_again_at_s" in worker:
+        return list(worker.get("in_flight_sessions_again") or [])
+    return list(worker.get("in_flight_sessions") or [])
 
 
 def incomplete_reasons(summary: dict[str, Any], info: dict[str, Any]) -> list[str]:
@@ -73,10 +85,10 @@ def incomplete_reasons(summary: dict[str, Any], info: dict[str, Any]) -> list[st
     reasons: list[str] = []
     if info.get("status") == "aborted":
         reasons.append(str(info.get("abort_reason") or "stopped before its planned end"))
-    gone = [w for w in info.get("lost_workers") or [] if "returned_at_s" not in w and not w.get("left_cleanly")]
-    undone = [w for w in gone if w.get("in_flight_sessions")]
+    gone = [w for w in info.get("lost_workers") or [] if _still_lost(w) and not w.get("left_cleanly")]
+    undone = [w for w in gone if _in_flight_at_loss(w)]
     if undone:
-        sessions = sum(len(w["in_flight_sessions"]) for w in undone)
+        sessions = sum(len(_in_flight_at_loss(w)) for w in undone)
         reasons.append(
             f"{_lost_text(undone)} with {sessions} session{'s' if sessions != 1 else ''} in flight, "
             "whose unreported requests are missing"

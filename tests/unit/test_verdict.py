@@ -117,3 +117,20 @@ def test_a_lost_worker_that_came_back_is_named_as_back_and_is_not_a_lost_run() -
     v = verdict_from_summary(summary(), [], {"config": {}, "workers": workers, "lost_workers": [back]})
     assert v.exit_code == EXIT_OK
     assert v.line.endswith("no failures; 1 worker lost (slot 0) and back, whose late reports were merged")
+
+
+def test_a_worker_back_and_then_lost_again_with_sessions_in_flight_makes_the_run_incomplete() -> None:
+    # Its first return was merged; the second loss left sessions unreported.
+    again = {"worker": "w0", "slot": 0, "lost_at_s": 4.8, "returned_at_s": 4.9, "in_flight_sessions": [],
+             "lost_again_at_s": 9.0, "why_again": "missed heartbeats", "in_flight_sessions_again": ["s-7"]}  # fmt: skip
+    v = verdict_from_summary(summary(), [], {"config": {}, "lost_workers": [again]})
+    assert v.exit_code == EXIT_INCOMPLETE
+    assert v.reason == "run incomplete: 1 worker lost (slot 0) with 1 session in flight, whose unreported requests are missing"
+
+
+def test_a_worker_back_and_then_lost_again_with_nothing_in_flight_is_not_called_back() -> None:
+    again = {"worker": "w0", "slot": 0, "lost_at_s": 4.8, "returned_at_s": 4.9, "lost_again_at_s": 9.0,
+             "in_flight_sessions_again": []}  # fmt: skip
+    v = verdict_from_summary(summary(), [], {"config": {}, "lost_workers": [again]})
+    assert v.exit_code == EXIT_OK
+    assert "and back" not in v.line and v.line.endswith("with nothing in flight, its later arrivals sent by the others")
