@@ -26,7 +26,7 @@ import numpy as np
 from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.readers.base import WorkloadReader, whole_number
-from workloads.readers.stream import CsvTimes, TraceRow, iter_text_blocks, lines_of
+from workloads.readers.stream import CsvTimes, TraceRow, csv_header, iter_text_blocks, lines_of
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -64,9 +64,7 @@ class AzureReader(WorkloadReader):
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
         blocks = iter_text_blocks(path, "Azure trace")
         try:
-            first = next(blocks, "")
-            cut = first.find("\n") + 1 or len(first)
-            header = [h.strip().lower() for h in next(csv.reader([first[:cut]]), None) or []]
+            header, rest = csv_header(blocks)
             missing = [c for c in COLUMNS if c not in header]
             if missing:
                 found = ", ".join(header)[:60] or "nothing"
@@ -77,7 +75,7 @@ class AzureReader(WorkloadReader):
             layout = _Layout(where, path.stem, tenant, len(header), *(header.index(c) for c in COLUMNS), CsvTimes(path))
             any_row = False
             lineno = 2  # of the block's first line
-            for block in itertools.chain((first[cut:],), blocks):
+            for block in itertools.chain((rest,), blocks):
                 if not block:
                     continue
                 plain = _plain_block(block, lineno, layout)

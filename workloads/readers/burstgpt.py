@@ -32,7 +32,7 @@ from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.readers.azure import _int
 from workloads.readers.base import WorkloadReader, short, whole_number
-from workloads.readers.stream import TraceRow, iter_text_blocks, lines_of
+from workloads.readers.stream import TraceRow, csv_header, iter_text_blocks, lines_of
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -88,9 +88,7 @@ class BurstGPTReader(WorkloadReader):
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
         blocks = iter_text_blocks(path, "BurstGPT trace")
         try:
-            first = next(blocks, "")
-            cut = first.find("\n") + 1 or len(first)
-            header = [h.strip().lower() for h in next(csv.reader([first[:cut]]), None) or []]
+            header, rest = csv_header(blocks)
             missing = [c for c in COLUMNS if c not in header]
             if missing:
                 found = ", ".join(header)[:60] or "nothing"
@@ -108,7 +106,7 @@ class BurstGPTReader(WorkloadReader):
             )  # fmt: skip
             kept = 0
             lineno = 2  # of the block's first line
-            for block in itertools.chain((first[cut:],), blocks):
+            for block in itertools.chain((rest,), blocks):
                 if not block:
                     continue
                 plain = _plain_block(block, lineno, lay)

@@ -61,6 +61,16 @@ def _open_binary(path: Path, what: str) -> IO[bytes]:
         return dctx.stream_reader(raw)
 
 
+def csv_header(blocks: Iterator[str]) -> tuple[list[str], str]:
+    """A CSV file's header (names stripped and lower-cased), read from the first of its
+    ``iter_text_blocks``, and the rest of that block."""
+    import csv
+
+    first = next(blocks, "")
+    cut = first.find("\n") + 1 or len(first)
+    return [h.strip().lower() for h in next(csv.reader([first[:cut]]), None) or []], first[cut:]
+
+
 def iter_text_blocks(path: str | Path, what: str) -> Iterator[str]:
     """The file's text (UTF-8, a BOM allowed; ``\r\n`` and ``\r`` read as ``\n``), decompressed as
     it is read, in blocks of whole lines (the last may lack its ``\n``). One-line
