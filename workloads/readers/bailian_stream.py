@@ -14,14 +14,13 @@ is named while the first one's chat is held; a chat_id reused after that is not 
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from workloads.errors import WorkloadError
-from workloads.readers.base import short
+from workloads.readers.base import iter_json_lines, short
 from workloads.readers.stream import TraceRow, iter_text_lines
 
 DEFAULT_HORIZON_S = 1800.0  # 30 min: a turn that much after its parent's is a new session
@@ -57,15 +56,7 @@ def iter_chat_rows(
                 line_of.pop(row["chat_id"], None)
             yield TraceRow(chain[0]["line"], chain[0]["t"], build_record(chain))
 
-    for lineno, line in enumerate(iter_text_lines(path, "Qwen-Bailian trace"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise WorkloadError(
-                f"{where} line {lineno}: not valid JSON ({e.msg} at column {e.colno}); give one JSON object per line"
-            ) from None
+    for lineno, obj in iter_json_lines(where, iter_text_lines(path, "Qwen-Bailian trace")):
         row = parse_row(obj, f"{where} line {lineno}")
         t = row["t"]
         if t < prev_t:

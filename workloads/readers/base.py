@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -118,9 +118,11 @@ def open_text(path: Path, what: str) -> str:
     return read_text(path, what)
 
 
-def iter_json_lines(path: Path, text: str) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed object) for every non-blank line of a JSON-lines text."""
-    for lineno, line in enumerate(text.splitlines(), start=1):
+def iter_json_lines(path: Path | str, text: str | Iterable[str]) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) for every non-blank line of a JSON-lines text (a whole text,
+    or its lines as a stream gives them); a line that is not JSON is a one-line error naming it."""
+    lines = text.splitlines() if isinstance(text, str) else text
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:

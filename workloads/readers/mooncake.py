@@ -16,7 +16,6 @@ shared blocks). Sessions are in arrival order; ties keep file order.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -27,7 +26,7 @@ import numpy as np
 from workloads.blocks import blocks_needed, split_blocks
 from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
-from workloads.readers.base import WorkloadReader, option_int, short, whole_number
+from workloads.readers.base import WorkloadReader, iter_json_lines, option_int, short, whole_number
 from workloads.readers.stream import TraceRow, iter_text_lines
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
@@ -66,15 +65,7 @@ class MooncakeReader(WorkloadReader):
         tenant = options.get("tenant", DEFAULT_TENANT) or DEFAULT_TENANT
         stem = path.stem
         timed: int | None = None  # the first line's: with or without a timestamp
-        for lineno, line in enumerate(iter_text_lines(path, "Mooncake trace"), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise WorkloadError(
-                    f"{path} line {lineno}: not valid JSON ({e.msg} at column {e.colno}); give one JSON object per line"
-                ) from None
+        for lineno, obj in iter_json_lines(path, iter_text_lines(path, "Mooncake trace")):
             at = f"{where} line {lineno}"
             t_s, rec = _row(obj, at, block_size)
             has_ts = t_s is not None

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.readers.base import (
     WorkloadReader,
+    iter_json_lines,
     option_duration,
     option_int,
     short,
@@ -120,7 +121,7 @@ class ShareGPTReader(WorkloadReader):
         if "".join(head).lstrip().startswith("["):
             items: Iterator[tuple[int, Any]] = iter_json_array_blocks(path, text)
         else:
-            items = _json_lines(path, lines_of(text))
+            items = iter_json_lines(path, lines_of(text))
         # ShareGPT dumps repeat ids (a long chat split in parts): kept apart by a count per id.
         seen_ids: dict[str, int] = {}
         dropped = {"no_reply": 0, "min_turns": 0, "max_turns": 0, "min_prompt_tokens": 0, "max_prompt_tokens": 0}
@@ -182,19 +183,6 @@ class ShareGPTReader(WorkloadReader):
             stats=stats,
             tokenizer=tokenizer,
         )
-
-
-def _json_lines(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Any]]:
-    """(line number, object) of each non-blank line, as ``iter_json_lines`` gives them."""
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            yield lineno, json.loads(line)
-        except json.JSONDecodeError as e:
-            raise WorkloadError(
-                f"{path} line {lineno}: not valid JSON ({e.msg} at column {e.colno}); give one JSON object per line"
-            ) from None
 
 
 def _messages(obj: Any, at: str, counts: dict[str, int]) -> list[tuple[str, str]]:
