@@ -428,14 +428,15 @@ def workload_analyze(
 @click.option("-n", "--num-sessions", type=click.IntRange(min=1), default=None, help="Sessions to write (default: all of a file, 100 of a spec).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @click.option("--block-size", type=click.IntRange(min=1), default=512, show_default=True, help="Tokens per block id (Mooncake's 512; the engine's, e.g. 16, keeps shared prefixes to the token).")
+@click.option("--anonymize-format", "form", type=click.Choice(["sessions", "mooncake"]), default="sessions", show_default=True, help="Write a session file, or Mooncake rows (session_id, timestamp, delay, hash_ids) as AIPerf reads them.")
 def workload_anonymize(
     name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None, num_sessions: int | None,
-    output: str, block_size: int,
+    output: str, block_size: int, form: str,
 ) -> None:  # fmt: skip
     """Write NAME's sessions with no text: prefix-chained, salted block hashes, sizes, timings and structure."""
     from loadgen.workload_cmd import anonymize_command
 
-    anonymize_command(name, fmt, workload_options, seed, tokenizer, num_sessions, block_size, output)
+    anonymize_command(name, fmt, workload_options, seed, tokenizer, num_sessions, block_size, output, form)
 
 
 @workload.command("export")

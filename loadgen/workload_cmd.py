@@ -73,19 +73,23 @@ def analyze_command(
 
 def anonymize_command(
     name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None,
-    num_sessions: int | None, block_size: int, output: str,
+    num_sessions: int | None, block_size: int, output: str, form: str = "sessions",
 ) -> None:  # fmt: skip
-    from workloads.anonymize import write_anonymized
+    from workloads.anonymize import FORMAT_MOONCAKE, AnonymizeCounts, write_anonymized
 
     wl = _load(name, fmt, workload_options, tokenizer)
     if num_sessions is None and getattr(wl, "rows", None) is None and wl.num_sessions is None:
         num_sessions = 100  # a spec: as many as export writes
     progress = _progress(name, "anonymize")
+    counts = AnonymizeCounts()
     try:
-        n = write_anonymized(wl, seed, num_sessions, output, block_size=block_size, progress=progress)
+        n = write_anonymized(wl, seed, num_sessions, output, block_size=block_size, progress=progress, form=form, counts=counts)
     except WorkloadError as e:
         raise UserError(str(e)) from None
     finally:
         if progress is not None:
             progress.done()
-    click.echo(f"wrote {n} anonymised sessions to {output} (blocks of {block_size} tokens, a fresh salt)")
+    what = "anonymised sessions" if form != FORMAT_MOONCAKE else "anonymised sessions as Mooncake rows"
+    click.echo(f"wrote {n} {what} to {output} (blocks of {block_size} tokens, a fresh salt)")
+    if counts.flattened:
+        click.echo(f"{counts.flattened} of them have sub-agents (fan-out), written flattened: their steps' rows in plan order as one conversation")

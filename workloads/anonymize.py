@@ -23,8 +23,18 @@ prefixes where the original did and nowhere else, so a prefix cache hits as on t
 a block: sharing is kept in whole blocks, so a shared prefix that ends inside a block loses that
 block's tokens (choose ``block_size`` near the engine's to keep them).
 
+**Mooncake form** (``FORMAT_MOONCAKE``, :func:`mooncake_rows`): the same ids as AIPerf's
+multi-turn ``mooncake_trace`` rows, one per turn in session order, keyed ``session_id`` ``anon-<k>``:
+the first row's ``timestamp`` is the session's arrival (ms since the file's first), a follow-up's
+``delay`` its think time (ms); ``input_length`` and ``hash_ids`` are the turn's own message (the
+replayer sends the conversation so far before it, with its live replies: a reply's text is not
+kept, so neither are its blocks), ``output_length`` its ``max_tokens``. Rows cannot say a turn's
+role, ``cold``, tool name or DAG links: a session with sub-agents (fan-out) is written flattened,
+its steps' rows in plan order as one conversation, and counted (:class:`AnonymizeCounts`). An empty
+message (no tokens) is written as one token with an id of its own, as a row needs one.
+
 :func:`anonymize_session` is pure (a ``Session`` in, an :class:`AnonymizedSession` out);
-:func:`write_anonymized` writes a workload's sessions as a session file.
+:func:`write_anonymized` writes a workload's sessions as a session file or as Mooncake rows.
 """
 
 from __future__ import annotations
@@ -45,6 +55,9 @@ from workloads.tokenizer import pieces
 from workloads.workload import Workload
 
 DEFAULT_BLOCK_SIZE = 512  # Mooncake's
+FORMAT_SESSIONS = "sessions"  # loadgen's session file
+FORMAT_MOONCAKE = "mooncake"  # AIPerf's multi-turn mooncake_trace rows
+FORMATS = (FORMAT_SESSIONS, FORMAT_MOONCAKE)
 SALT_BYTES = 16
 _ID_MASK = (1 << 63) - 1
 _ROOT = b"\0" * 8
@@ -164,6 +177,45 @@ def anonymized_record(s: AnonymizedSession) -> dict[str, Any]:
     return rec
 
 
+def is_flattened(s: AnonymizedSession) -> bool:
+    """Whether the Mooncake form flattens ``s``: some step does not extend the step before it."""
+    prev: str | None = None
+    for t in s.turns:
+        if t.parents is not None and tuple(t.parents) != ((prev,) if prev is not None else ()):
+            return True
+        prev = t.step_id
+    return False
+
+
+def mooncake_rows(s: AnonymizedSession, *, salt: bytes) -> list[dict[str, Any]]:
+    """The Mooncake rows of ``s`` (module docstring, "Mooncake form"), one per turn."""
+    rows = []
+    for i, t in enumerate(s.turns):
+        row: dict[str, Any] = {"session_id": s.session_id}
+        if i == 0:
+            if s.arrival_s is not None:
+                row["timestamp"] = round(s.arrival_s * 1000.0, 3)
+        else:
+            row["delay"] = round(t.think_time_s * 1000.0, 3)
+        if t.tokens:
+            row["input_length"], ids = t.tokens, list(t.hash_ids)
+        else:  # a row needs a token; this one's id is keyed like the rest, so it shares nothing
+            key = f"{s.session_id}/{i}/empty".encode()
+            row["input_length"], ids = 1, [int.from_bytes(hashlib.blake2b(key, key=salt, digest_size=8).digest(), "big") & _ID_MASK]
+        row["output_length"] = t.max_tokens
+        row["hash_ids"] = ids
+        rows.append(row)
+    return rows
+
+
+@dataclass(slots=True)
+class AnonymizeCounts:
+    """What :func:`write_anonymized` wrote: sessions, and (Mooncake form) those flattened."""
+
+    sessions: int = 0
+    flattened: int = 0
+
+
 def anonymized_sessions(
     workload: Workload, seed: int, n: int | None, *, salt: bytes, block_size: int = DEFAULT_BLOCK_SIZE
 ) -> Iterator[AnonymizedSession]:
@@ -202,23 +254,32 @@ def write_anonymized(
     block_size: int = DEFAULT_BLOCK_SIZE,
     salt: bytes | None = None,
     progress: Callable[[int], None] | None = None,
+    form: str = FORMAT_SESSIONS,
+    counts: AnonymizeCounts | None = None,
 ) -> int:
-    """Write ``workload``'s sessions anonymised to the session file ``path`` (atomically: a
-    temporary file beside it, then renamed); a fresh salt unless given. Returns the sessions
-    written; ``progress(k)`` is called every 4096 sessions."""
+    """Write ``workload``'s sessions anonymised to ``path`` (atomically: a temporary file beside
+    it, then renamed) as a session file or (``form`` ``"mooncake"``) Mooncake rows; a fresh salt
+    unless given. Returns the sessions written (``counts`` gets them and those flattened);
+    ``progress(k)`` is called every 4096 sessions."""
+    if form not in FORMATS:
+        raise WorkloadError(f"anonymised format {form!r} is not known; use one of {', '.join(FORMATS)}")
     path = Path(path)
     key = salt if salt is not None else new_salt()
+    tally = counts if counts is not None else AnonymizeCounts()
     tmp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
-    written = 0
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask's mode, as any file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for s in anonymized_sessions(workload, seed, n, salt=key, block_size=block_size):
-                f.write(json.dumps(anonymized_record(s), separators=(",", ":")))
-                f.write("\n")
-                written += 1
-                if progress is not None and not written & 4095:
-                    progress(written)
+                if form == FORMAT_MOONCAKE:
+                    tally.flattened += is_flattened(s)
+                    f.writelines(json.dumps(row, separators=(",", ":")) + "\n" for row in mooncake_rows(s, salt=key))
+                else:
+                    f.write(json.dumps(anonymized_record(s), separators=(",", ":")))
+                    f.write("\n")
+                tally.sessions += 1
+                if progress is not None and not tally.sessions & 4095:
+                    progress(tally.sessions)
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -226,4 +287,4 @@ def write_anonymized(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return written
+    return tally.sessions
