@@ -4,7 +4,10 @@ Pure: no sockets, no clock. The session driver asks for a step's messages, sends
 the streamed reply back. A plain step's message and reply become history. A fan-out child sends the
 history plus its own message and changes nothing; at the join, the children's outputs become history:
 ``tool`` messages answering the calls the parent's reply made (children with ``tool_call``), then
-one assistant message holding the other children's outputs, in step order.
+one assistant message holding the other children's outputs, in step order. A child that is a chain
+(a branch, workloads.dag) keeps a history of its own: each later step of the branch sends the
+history, the branch's messages and replies so far, then its own message; at the join the branch's
+last output stands for the child.
 
 Tool calls use the OpenAI format: the reply of a step whose children or follow-up answer a tool
 call is stored as an assistant message with ``tool_calls`` (id ``call_<step id>``), and the answer
@@ -21,7 +24,7 @@ from typing import Any
 import orjson
 
 from workloads.dag import SessionPlan
-from workloads.model import STEP_FAN_OUT_CHILD, Session, Turn
+from workloads.model import STEP_FAN_OUT_CHILD, STEP_FOLLOW_UP, Session, Turn
 
 
 def tool_call_id(step_id: str) -> str:
@@ -56,6 +59,9 @@ class Conversation:
         self.history_tokens = 0
         self._tokens_through: list[int] = []  # history tokens of history[:i + 1]
         self.history: list[dict[str, Any]] = []
+        # The open fan-out's branches: by the id of a branch's last finished step, its messages
+        # and replies since the history, and their history tokens through each (as above).
+        self._branches: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
         if session.system_prompt:
             self._append({"role": "system", "content": session.system_prompt})
 
@@ -65,24 +71,30 @@ class Conversation:
             self.history_tokens += self._count(message.get("content") or "")
             self._tokens_through.append(self.history_tokens)
 
-    def held_tokens(self, held_messages: int) -> int | None:
-        """Tokens of the history's first ``held_messages`` messages, its system prompt aside (it
-        is sent with every request): what a server holding them was not sent. None without a
-        counter; 0 when it holds none."""
+    def held_tokens(self, held_messages: int, index: int | None = None) -> int | None:
+        """Tokens of the first ``held_messages`` messages that step ``index`` sent (the history,
+        then its branch's), its system prompt aside (it is sent with every request): what a server
+        holding them was not sent. None without a counter; 0 when it holds none."""
         if self._count is None:
             return None
-        n = min(held_messages, len(self.history))
+        through = self._tokens_through
+        branch = self._branch(index) if index is not None else None
+        if branch is not None and held_messages > len(self.history):
+            through = through + branch[1]
+        n = min(held_messages, len(through))
         if n <= 0:
             return 0
         system = 1 if self.history and self.history[0].get("role") == "system" else 0
-        return self._tokens_through[n - 1] - (self._tokens_through[0] if system else 0)
+        return through[n - 1] - (through[0] if system else 0)
 
     def prompt_tokens(self, index: int) -> int | None:
         """Tokens of what step ``index`` sends (contents only: roles, template and tool-call JSON
         are the server's to count); None without a counter."""
         if self._count is None:
             return None
-        return self.history_tokens + self._count(self._turns[index].content)
+        branch = self._branch(index)
+        history = branch[1][-1] if branch is not None else self.history_tokens
+        return history + self._count(self._turns[index].content)
 
     def message(self, index: int) -> dict[str, Any]:
         """Step ``index``'s own message."""
@@ -93,8 +105,30 @@ class Conversation:
         return {"role": "user", "content": turn.content}
 
     def messages_for(self, index: int) -> list[dict[str, Any]]:
-        """What step ``index`` sends: the history, then its own message (a new list)."""
+        """What step ``index`` sends: the history, its branch's messages, then its own message (a new list)."""
+        branch = self._branch(index)
+        if branch is not None:
+            return [*self.history, *branch[0], self.message(index)]
         return [*self.history, self.message(index)]
+
+    def _branch(self, index: int) -> tuple[list[dict[str, Any]], list[int]] | None:
+        """The branch that step ``index`` extends (its parent's messages and tokens), if any."""
+        if not self._branches:
+            return None
+        step = self._plan.steps[index]
+        return self._branches.get(step.parent_ids[0]) if step.kind == STEP_FOLLOW_UP else None
+
+    def extend_branch(self, index: int, reply: str) -> None:
+        """After a step of a branch that goes on: its message and reply join the branch's messages."""
+        branch = self._branch(index)
+        if branch is not None:  # the branch moves on to this step: its lists are this step's now
+            del self._branches[self._plan.steps[index].parent_ids[0]]
+        messages, through = branch if branch is not None else ([], [])
+        for message in (self.message(index), self._assistant(index, reply)):
+            messages.append(message)
+            if self._count is not None:
+                through.append((through[-1] if through else self.history_tokens) + self._count(message.get("content") or ""))
+        self._branches[self._plan.steps[index].step_id] = (messages, through)
 
     def extend(self, index: int, reply: str) -> None:
         """After a plain step: its message and its reply (with the tool calls it makes) become history."""
@@ -102,7 +136,9 @@ class Conversation:
         self._append(self._assistant(index, reply))
 
     def join(self, indices: Sequence[int], replies: Sequence[str]) -> None:
-        """After a fan-out: the children's outputs become history (tool results, then the rest)."""
+        """After a fan-out: the children's outputs become history (tool results, then the rest).
+        ``indices`` are the children's steps; ``replies``, each one's branch's last reply."""
+        self._branches.clear()
         plain = []
         for index, reply in zip(indices, replies, strict=True):
             step_id = self._plan.steps[index].step_id

@@ -7,8 +7,10 @@ its schedule lag is measured against it. A failed turn ends the session (the con
 go on without the reply); the failure is a record, never an exception.
 
 A DAG session (workloads.dag) runs stage by stage: a fan-out's children go out together on
-connections of their own and the join waits for the last; ``loadgen.conversation`` says what
-each step sends. Every record carries the step's id, kind, parents and depth.
+connections of their own and the join waits for the last; a child that is a chain (a branch)
+sends its steps in order on its connection, each at the previous one's end plus its think time,
+and the join waits for the last step of every branch. ``loadgen.conversation`` says what each
+step sends. Every record carries the step's id, kind, parents and depth.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from loadgen.client import SessionConnection, StreamResult, check_reply
 from loadgen.client import output_tokens as count_output_tokens
 from loadgen.conversation import Conversation, tool_definitions
 from targets.adapters.base import Adapter, ChatRequest
-from workloads.dag import SessionPlan, plan_session
+from workloads.dag import SessionPlan, Step, plan_session
 from workloads.model import Session, turn_class
 
 
@@ -106,19 +108,24 @@ def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
                 conversation.extend(step.index, result.text)
                 prev_end_ns = result.t_end_ns or time.perf_counter_ns()
                 continue
-            while len(conns) < len(stage.steps):
+            branches = stage.branches
+            while len(conns) < len(branches):
                 conns.append(_connection(ctx))
             children = [
                 gevent.spawn(
-                    _send_step, ctx, session, plan, conversation, step.index, conns[j],
-                    prev_end_ns + int(session.turns[step.index].think_time_s * 1e9), tools,
+                    _send_step, ctx, session, plan, conversation, branch[0].index, conns[j],
+                    prev_end_ns + int(session.turns[branch[0].index].think_time_s * 1e9), tools,
                 )
-                for j, step in enumerate(stage.steps)
+                if len(branch) == 1 else
+                gevent.spawn(_run_branch, ctx, session, plan, conversation, branch, conns[j], prev_end_ns, tools)
+                for j, branch in enumerate(branches)
             ]  # fmt: skip
             # Each request has its own deadline; this bounds the join on top of them.
-            longest_think_s = max(session.turns[s.index].think_time_s for s in stage.steps)
+            longest_s = max(
+                sum(session.turns[s.index].think_time_s + ctx.request_timeout_s for s in branch) for branch in branches
+            )
             try:
-                gevent.joinall(children, timeout=longest_think_s + ctx.request_timeout_s + 5.0)
+                gevent.joinall(children, timeout=longest_s + 5.0)
             except BaseException:
                 # This session is being killed (the stop's deadline): its children, which are no
                 # greenlets of the driver's pool, go with it and record what was on the wire.
@@ -130,12 +137,38 @@ def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
             results = [g.value for g in children]
             if any(r is None for r in results):
                 return
-            conversation.join([s.index for s in stage.steps], [r.text for r in results])
+            conversation.join([branch[0].index for branch in branches], [r.text for r in results])
             prev_end_ns = max(r.t_end_ns or time.perf_counter_ns() for r in results)
     finally:
         ctx.in_flight.sessions.discard(session.session_id)
         for conn in conns:
             conn.close()
+
+
+def _run_branch(
+    ctx: SessionContext,
+    session: Session,
+    plan: SessionPlan,
+    conversation: Conversation,
+    branch: tuple[Step, ...],
+    conn: SessionConnection,
+    start_ns: int,
+    tools: list[dict[str, Any]],
+) -> StreamResult | None:
+    """Send a branch's steps in order on ``conn``, each intended at the previous one's end (the
+    fan-out's parent's, ``start_ns``, for the first) plus its think time; the last step's result,
+    or None when a step did not succeed (the branch, like the session, cannot go on)."""
+    prev_end_ns = start_ns
+    result = None
+    for j, step in enumerate(branch):
+        intended_ns = prev_end_ns + int(session.turns[step.index].think_time_s * 1e9)
+        result = _send_step(ctx, session, plan, conversation, step.index, conn, intended_ns, tools)
+        if result is None:
+            return None
+        if j + 1 < len(branch):  # the last reply goes back to the parent at the join instead
+            conversation.extend_branch(step.index, result.text)
+        prev_end_ns = result.t_end_ns or time.perf_counter_ns()
+    return result
 
 
 def _connection(ctx: SessionContext) -> SessionConnection:
@@ -248,7 +281,7 @@ def _finish_step(
         prompt_tokens += ctx.tokenizer.count(cold_nonce(ctx.run_id, session.session_id, k))
     rec.client_prompt_tokens = prompt_tokens
     if held_messages:  # server-side history: of the prompt, what the server held and was not sent
-        rec.server_held_prompt_tokens = conversation.held_tokens(held_messages)
+        rec.server_held_prompt_tokens = conversation.held_tokens(held_messages, k)
     ctx.on_record(rec)
     return result if rec.ok else None
 

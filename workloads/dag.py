@@ -2,7 +2,9 @@
 
 The shapes a session may take are chains with fan-outs: a stage is one step, or the concurrent
 children of a fan-out, all extending the single step of the stage before; a fan-out's stage is
-followed by a ``join`` step whose parents are exactly its children, or ends the session. Steps
+followed by a ``join`` step whose parents are exactly its children, or ends the session. A child
+may be a chain (a *branch*): a ``follow-up`` that names a child, or a later step of a branch, as
+its parent extends that branch, and the join then waits for the last step of every branch. Steps
 are listed in an order where parents come first.
 
 Every error is a one-line :class:`WorkloadError` naming the session and the step.
@@ -38,9 +40,12 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Stage:
-    """Steps that start together: one step, or the children of one fan-out."""
+    """Steps that start together: one step, or the children of one fan-out. ``steps`` lists all
+    of a fan-out's steps; ``branches`` splits them by child, each child first, then the follow-ups
+    of its branch in order (a single-request child is a branch of one)."""
 
     steps: tuple[Step, ...]
+    branches: tuple[tuple[Step, ...], ...] = ()
 
     @property
     def fan_out(self) -> bool:
@@ -72,7 +77,8 @@ def plan_turns(turns: Sequence[Turn], *, where: str) -> SessionPlan:
     ids, kinds = _ids_and_kinds(turns, where=where)
     parents = _parents(turns, ids, kinds, where=where)
     _check_order(ids, parents, where=where)
-    stages = _stages(ids, kinds, parents, where=where)
+    named = [t.parent_ids is not None for t in turns]
+    stages = _stages(ids, kinds, parents, named, where=where)
     depth: dict[str, int] = {}
     steps = []
     for i, sid in enumerate(ids):
@@ -87,7 +93,11 @@ def plan_turns(turns: Sequence[Turn], *, where: str) -> SessionPlan:
                     "use it on a follow-up or a fan-out child"
                 )
             calls.setdefault(parents[i][0], []).append(i)
-    staged = tuple(Stage(tuple(steps[i] for i in group)) for group in stages)
+    staged = tuple(
+        Stage(tuple(steps[i] for i in sorted(i for b in branches for i in b)),
+              tuple(tuple(steps[i] for i in b) for b in branches) if kinds[branches[0][0]] == STEP_FAN_OUT_CHILD else ())
+        for branches in stages
+    )  # fmt: skip
     return SessionPlan(tuple(steps), staged, {k: tuple(v) for k, v in calls.items()})
 
 
@@ -120,7 +130,10 @@ def _parents(turns: Sequence[Turn], ids: list[str], kinds: list[str], *, where: 
     """Each step's parents: as given, else the default for its kind (see ``Turn``)."""
     out: list[tuple[str, ...]] = []
     known = set(ids)
+    fan = _OpenFanOut()
     for i, t in enumerate(turns):
+        if i:
+            fan.add(ids[i - 1], kinds[i - 1], out[i - 1], turns[i - 1].parent_ids is not None)
         if t.parent_ids is not None:
             for p in t.parent_ids:
                 if p not in known:
@@ -131,6 +144,12 @@ def _parents(turns: Sequence[Turn], ids: list[str], kinds: list[str], *, where: 
             out.append(tuple(t.parent_ids))
             continue
         kind = kinds[i]
+        if kind == STEP_FAN_OUT_CHILD and ids[i - 1] in fan.branch_of:  # a sibling of the open fan-out
+            out.append(fan.parent)
+            continue
+        if kind == STEP_JOIN and ids[i - 1] in fan.branch_of:  # the last step of every branch
+            out.append(tuple(fan.tails))
+            continue
         if kind == STEP_FIRST or i == 0:
             out.append(())
         elif kind == STEP_FOLLOW_UP:
@@ -146,6 +165,29 @@ def _parents(turns: Sequence[Turn], ids: list[str], kinds: list[str], *, where: 
                 j -= 1
             out.append(tuple(ids[j:i]))
     return out
+
+
+class _OpenFanOut:
+    """The branches of the fan-out open at a point of the list, for the default parents: a child
+    opens a branch (of a new fan-out unless it shares the open one's parent), a follow-up that
+    names a branch step extends that branch, and any other step closes the fan-out."""
+
+    def __init__(self) -> None:
+        self.parent: tuple[str, ...] = ()
+        self.branch_of: dict[str, int] = {}  # step id -> its branch
+        self.tails: list[str] = []  # the last step of each branch
+
+    def add(self, sid: str, kind: str, ps: tuple[str, ...], named: bool) -> None:
+        if kind == STEP_FAN_OUT_CHILD:
+            if ps != self.parent or not self.tails:
+                self.parent, self.branch_of, self.tails = ps, {}, []
+            self.branch_of[sid] = len(self.tails)
+            self.tails.append(sid)
+        elif kind == STEP_FOLLOW_UP and named and len(ps) == 1 and ps[0] in self.branch_of:
+            b = self.branch_of[sid] = self.branch_of[ps[0]]
+            self.tails[b] = sid
+        else:
+            self.parent, self.branch_of, self.tails = (), {}, []
 
 
 def _check_order(ids: list[str], parents: list[tuple[str, ...]], *, where: str) -> None:
@@ -193,49 +235,71 @@ def _find_cycle(ids: list[str], parents: list[tuple[str, ...]], pos: dict[str, i
     return None
 
 
-def _stages(ids: list[str], kinds: list[str], parents: list[tuple[str, ...]], *, where: str) -> list[list[int]]:
-    """Group steps into stages and check the shape (see the module docstring)."""
-    stages: list[list[int]] = []
+def _stages(
+    ids: list[str], kinds: list[str], parents: list[tuple[str, ...]], named: list[bool], *, where: str
+) -> list[list[list[int]]]:
+    """Group steps into stages, each a list of branches (a plain step's stage is one branch of
+    one step), and check the shape (see the module docstring). A follow-up belongs to a branch
+    only when it names its parent: a plain one right after a fan-out is a missing join."""
+    stages: list[list[list[int]]] = []
     i = 0
     n = len(ids)
     while i < n:
         kind, ps, at = kinds[i], parents[i], _at(i, ids[i])
         prev = stages[-1] if stages else None
-        prev_group = prev is not None and kinds[prev[0]] == STEP_FAN_OUT_CHILD
+        prev_group = prev is not None and kinds[prev[0][0]] == STEP_FAN_OUT_CHILD
         if i == 0:
             if kind != STEP_FIRST or ps:
                 raise WorkloadError(f"{where}: {at}: the first step must be of kind first, with no parents")
-            stages.append([0])
+            stages.append([[0]])
             i += 1
             continue
         if kind == STEP_FIRST:
             raise WorkloadError(f"{where}: {at}.kind: only the first step is of kind first; use follow-up")
         assert prev is not None
         if kind == STEP_JOIN:
-            if not prev_group or set(ps) != {ids[k] for k in prev}:
+            if not prev_group or set(ps) != {ids[b[-1]] for b in prev}:
                 raise WorkloadError(
                     f"{where}: {at}: a join must come right after a fan-out and wait for all of its children"
+                    + (" (the last step of each branch)" if prev_group and any(len(b) > 1 for b in prev) else "")
                 )
-            stages.append([i])
+            stages.append([[i]])
             i += 1
             continue
         if prev_group:
             raise WorkloadError(
                 f"{where}: {at}: a fan-out's children must be followed by a join (or end the session)"
             )
-        if ps != (ids[prev[0]],):
+        last = ids[prev[-1][-1]]
+        if ps != (last,):
             raise WorkloadError(
                 f"{where}: {at}.parents: {list(ps)} is not allowed; a {kind} step extends the step right "
-                f"before it ({ids[prev[0]]!r})"
+                f"before it ({last!r})"
             )
         if kind == STEP_FOLLOW_UP:
-            stages.append([i])
+            stages.append([[i]])
             i += 1
             continue
-        group = [i]
+        branches = [[i]]
+        branch_of = {ids[i]: 0}
         i += 1
-        while i < n and kinds[i] == STEP_FAN_OUT_CHILD and parents[i] == ps:
-            group.append(i)
+        while i < n:
+            if kinds[i] == STEP_FAN_OUT_CHILD and parents[i] == ps:
+                branch_of[ids[i]] = len(branches)
+                branches.append([i])
+            elif kinds[i] == STEP_FOLLOW_UP and named[i] and len(parents[i]) == 1 and parents[i][0] in branch_of:
+                p = parents[i][0]
+                branch = branches[branch_of[p]]
+                if ids[branch[-1]] != p:
+                    taken = ids[branch[[ids[k] for k in branch].index(p) + 1]]
+                    raise WorkloadError(
+                        f"{where}: {_at(i, ids[i])}.parents: {p!r} is already extended by {taken!r}; "
+                        f"a branch is a chain: extend its last step ({ids[branch[-1]]!r})"
+                    )
+                branch_of[ids[i]] = branch_of[p]
+                branch.append(i)
+            else:
+                break
             i += 1
-        stages.append(group)
+        stages.append(branches)
     return stages

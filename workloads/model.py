@@ -8,7 +8,9 @@ A session is a small DAG of steps (one ``Turn`` = one step = one request), liste
 where every step comes after its parents. Without step fields it is a chain: turn k extends turn
 k-1. A ``fan-out child`` extends its parent's context with its own message; the children of one
 parent run concurrently, and the ``join`` step that follows them waits for the last one and sees
-their outputs. :mod:`workloads.dag` validates the shape and groups the steps into stages.
+their outputs. A child may be a chain (a branch): a ``follow-up`` that names the child, or the
+branch's last step, as its parent extends that branch, and the join waits for each branch's last
+step. :mod:`workloads.dag` validates the shape and groups the steps into stages.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class Turn:
     DAG fields (all optional; the defaults make a chain): ``step_id`` names the step (default
     ``t<index>``); ``kind`` is one of ``STEP_KINDS`` (default: ``first`` for turn 0, else
     ``follow-up``); ``parent_ids`` are the steps it waits for (default: the previous step for a
-    follow-up, the last step before the group for a fan-out child, the whole group for a join).
+    follow-up, the last step before the group for a fan-out child, the whole group, or the last
+    step of each branch, for a join; a follow-up of a branch names its parent).
     ``tool_call`` names a tool the parent's reply calls (OpenAI ``tool_calls`` format): for a
     follow-up, this turn's ``content`` is the tool's result, sent as a ``tool`` message after
     ``think_time_s`` (the tool's latency); for a fan-out child, the child's *output* goes back

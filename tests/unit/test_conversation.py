@@ -81,3 +81,52 @@ def test_the_sim_counts_tool_calls_and_tools_and_refuses_malformed_ones():
         parse_request(CHAT, {"messages": [{"role": "tool", "tool_call_id": 3, "content": "x"}]}, 16)
     with pytest.raises(BadRequest, match=r"tools\[0\] must be an object with function.name"):
         parse_request(CHAT, {"messages": msgs, "tools": [{"type": "function"}]}, 16)
+
+
+BRANCHED = Session(
+    "s2",
+    "default",
+    "be brief",
+    (
+        Turn("plan it", 8, step_id="plan"),
+        Turn("explore", 8, step_id="a", kind="fan-out child", tool_call="subagent"),
+        Turn("more", 8, step_id="a.1", parent_ids=("a",)),
+        Turn("done?", 8, step_id="a.2", parent_ids=("a.1",)),
+        Turn("read b", 8, step_id="b", kind="fan-out child", tool_call="subagent"),
+        Turn("decide", 8, step_id="decide", kind="join"),
+    ),
+)
+
+
+def test_a_branch_keeps_its_own_history_and_its_last_output_joins_as_the_childs():
+    words = lambda text: len(text.split())  # noqa: E731
+    conv = Conversation(BRANCHED, plan_session(BRANCHED), words)
+    conv.extend(0, "the plan")
+    history = list(conv.history)
+    assert conv.messages_for(1) == [*history, {"role": "user", "content": "explore"}]
+    conv.extend_branch(1, "found x")
+    assert conv.messages_for(2) == [
+        *history, {"role": "user", "content": "explore"}, {"role": "assistant", "content": "found x"},
+        {"role": "user", "content": "more"},
+    ]  # fmt: skip
+    # what the second step sends, in content tokens: the history, the branch so far, its message
+    assert conv.prompt_tokens(2) == conv.history_tokens + 1 + 2 + 1
+    conv.extend_branch(2, "found y too")
+    third = conv.messages_for(3)
+    assert third[len(history) :] == [
+        {"role": "user", "content": "explore"}, {"role": "assistant", "content": "found x"},
+        {"role": "user", "content": "more"}, {"role": "assistant", "content": "found y too"},
+        {"role": "user", "content": "done?"},
+    ]  # fmt: skip
+    assert conv.prompt_tokens(3) == conv.history_tokens + 1 + 2 + 1 + 3 + 1
+    # a server holding the branch's first exchange was not sent its tokens (system prompt aside)
+    assert conv.held_tokens(len(history) + 2, 3) == conv.held_tokens(len(history)) + 1 + 2
+    # the other child and the history are untouched by the branch
+    assert conv.history == history and conv.messages_for(4) == [*history, {"role": "user", "content": "read b"}]
+    conv.join([1, 4], ["x and y", "B says"])
+    assert conv.history[len(history) :] == [
+        {"role": "tool", "tool_call_id": "call_a", "content": "x and y"},
+        {"role": "tool", "tool_call_id": "call_b", "content": "B says"},
+    ]
+    assert conv.messages_for(5) == [*conv.history, {"role": "user", "content": "decide"}]
+    assert [c["id"] for c in history[-1]["tool_calls"]] == ["call_a", "call_b"]

@@ -170,3 +170,61 @@ def test_session_files_keep_the_dag_and_old_files_replay_unchanged(tmp_path):
     with pytest.raises(WorkloadError) as err:
         load_sessions_jsonl(bad)
     assert str(err.value) == f"{bad} line 1: session a: steps form a cycle (q -> p -> q); a session's steps must be acyclic"
+
+
+C = "fan-out child"
+BRANCHES = [
+    Turn("a", 1),
+    Turn("b", 1, step_id="b", kind=C),
+    Turn("b2", 1, step_id="b2", parent_ids=("b",)),
+    Turn("c", 1, step_id="c", kind=C),
+    Turn("c2", 1, step_id="c2", parent_ids=("c",)),
+    Turn("c3", 1, step_id="c3", parent_ids=("c2",)),
+    Turn("d", 1, step_id="d", kind=C),
+    Turn("j", 1, step_id="j", kind="join"),
+]
+
+
+def test_fan_out_children_may_be_chains_and_the_join_waits_for_each_branchs_last_step():
+    plan = plan_turns(BRANCHES, where="s")
+    fan = plan.stages[1]
+    assert fan.fan_out and len(plan.stages) == 3
+    assert [[st.step_id for st in b] for b in fan.branches] == [["b", "b2"], ["c", "c2", "c3"], ["d"]]
+    assert [st.step_id for st in fan.steps] == ["b", "b2", "c", "c2", "c3", "d"]
+    by_id = {st.step_id: st for st in plan.steps}
+    # A branch's later steps are follow-ups of the step before them in the branch, one deeper each.
+    assert (by_id["c3"].kind, by_id["c3"].parent_ids, by_id["c3"].depth) == ("follow-up", ("c2",), 3)
+    assert by_id["d"].parent_ids == ("t0",)  # a later child still defaults to the fan-out's parent
+    assert (by_id["j"].parent_ids, by_id["j"].depth) == (("b2", "c3", "d"), 4)
+    # A fan-out of single requests is a branch of one each, as before.
+    single = plan_turns([Turn("a", 1), Turn("b", 1, kind=C), Turn("c", 1, kind=C), Turn("j", 1, kind="join")], where="s")
+    assert [[st.step_id for st in b] for b in single.stages[1].branches] == [["t1"], ["t2"]]
+    assert plan.stages[0].branches == plan.stages[2].branches == ()
+
+
+@pytest.mark.parametrize(
+    ("turns", "message"),
+    [
+        (
+            [*BRANCHES[:6], Turn("x", 1, step_id="x", parent_ids=("c2",))],
+            "s: turns[6] (x).parents: 'c2' is already extended by 'c3'; a branch is a chain: extend its last step ('c3')",
+        ),
+        (
+            [*BRANCHES[:6], Turn("j", 1, step_id="j", kind="join", parent_ids=("b2", "c2"))],
+            "s: turns[6] (j): a join must come right after a fan-out and wait for all of its children "
+            "(the last step of each branch)",
+        ),
+        (  # a plain follow-up right after a branch is a missing join, not a step of the branch
+            [*BRANCHES[:3], Turn("x", 1, step_id="x")],
+            "s: turns[3] (x): a fan-out's children must be followed by a join (or end the session)",
+        ),
+        (  # no fan-out inside a branch
+            [*BRANCHES[:3], Turn("x", 1, step_id="x", kind=C, parent_ids=("b2",))],
+            "s: turns[3] (x): a fan-out's children must be followed by a join (or end the session)",
+        ),
+    ],
+)
+def test_bad_branches_are_one_line_errors(turns, message):
+    with pytest.raises(WorkloadError) as err:
+        plan_turns(turns, where="s")
+    assert str(err.value) == message
