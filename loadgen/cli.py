@@ -299,16 +299,19 @@ def quality(target: str, model: str | None, eval_file: str | None, adapter: str,
 @click.option("--tenant", default="default", show_default=True, help="Tenant written on every session.")
 @click.option("--anonymize", is_flag=True, help="Write no text: each turn's tokens as prefix-chained block hashes (salted per file).")
 @click.option("--block-size", type=click.IntRange(min=1), default=None, help="Tokens per block id with --anonymize [default: 512].")
+@click.option("--anonymize-format", "form", type=click.Choice(["sessions", "mooncake"]), default=None, help="With --anonymize: a session file, or Mooncake rows as AIPerf reads them [default: sessions].")
 def capture(
     listen: str, upstream: str, out: str, session_header: str, redact: bool, idle_timeout: str, tenant: str,
-    anonymize: bool, block_size: int | None,
+    anonymize: bool, block_size: int | None, form: str | None,
 ) -> None:  # fmt: skip
     """Forward OpenAI-compatible traffic to --upstream unchanged and record it as a replayable session file."""
     from loadgen.capture import CaptureOptions, run_capture
-    from loadgen.capture.anonymized import ANONYMIZE_BLOCK_SIZE_ENV, DEFAULT_BLOCK_SIZE
+    from loadgen.capture.anonymized import ANONYMIZE_BLOCK_SIZE_ENV, ANONYMIZE_FORMAT_ENV, DEFAULT_BLOCK_SIZE
 
     if block_size is not None and not anonymize:
         raise UserError("--block-size only applies with --anonymize; add --anonymize or drop --block-size")
+    if form is not None and not anonymize:
+        raise UserError("--anonymize-format only applies with --anonymize; add --anonymize or drop --anonymize-format")
     if anonymize and redact:
         raise UserError("--anonymize writes no text at all, so --redact adds nothing; give one of them")
     opts = CaptureOptions(
@@ -318,10 +321,12 @@ def capture(
     if not anonymize:
         sys.exit(run_capture(opts))
     os.environ[ANONYMIZE_BLOCK_SIZE_ENV] = str(block_size or DEFAULT_BLOCK_SIZE)  # for the assembler process
+    os.environ[ANONYMIZE_FORMAT_ENV] = form or "sessions"
     try:
         code = run_capture(opts)
     finally:  # nothing else of this process (a test runner calling the command) is anonymised
         os.environ.pop(ANONYMIZE_BLOCK_SIZE_ENV, None)
+        os.environ.pop(ANONYMIZE_FORMAT_ENV, None)
     sys.exit(code)
 
 

@@ -7,8 +7,16 @@ never written, with sizes, think times, roles, tool names and the fan-out struct
 session ids ``anon-<k>``. Only the anonymised form reaches the file: no prompt text is written,
 not even for a moment.
 
-The command hands the block size to the assembler process, which renders the file, in the
-environment (``ANONYMIZE_BLOCK_SIZE_ENV``), which that process inherits.
+With ``--anonymize-format mooncake`` a session is written as Mooncake rows instead, one per turn
+(``workloads.anonymize``, "Mooncake form": ``session_id``, the first row's ``timestamp`` in ms
+since the capture's start, the follow-ups' ``delay``); sub-agents' steps are flattened into their
+session's rows. Sessions are written as they close, so rows are grouped by session but the
+sessions' timestamps need not rise: the whole-file reader sorts them; a file of 8 MiB or more is
+streamed and must be in time order (``workloads.streamed``).
+
+The command hands the block size and the form to the assembler process, which renders the file,
+in the environment (``ANONYMIZE_BLOCK_SIZE_ENV``, ``ANONYMIZE_FORMAT_ENV``), which that process
+inherits.
 """
 
 from __future__ import annotations
@@ -18,12 +26,29 @@ import os
 import orjson
 
 from loadgen.capture.assembly import CapturedTurn
-from workloads.anonymize import DEFAULT_BLOCK_SIZE, anonymize_session, anonymized_record, new_salt
+from workloads.anonymize import (
+    DEFAULT_BLOCK_SIZE,
+    FORMAT_MOONCAKE,
+    FORMAT_SESSIONS,
+    FORMATS,
+    anonymize_session,
+    anonymized_record,
+    mooncake_rows,
+    new_salt,
+)
 from workloads.model import Session, Turn
 
 ANONYMIZE_BLOCK_SIZE_ENV = "LOADGEN_CAPTURE_ANONYMIZE_BLOCK_SIZE"
+ANONYMIZE_FORMAT_ENV = "LOADGEN_CAPTURE_ANONYMIZE_FORMAT"
 
-__all__ = ["ANONYMIZE_BLOCK_SIZE_ENV", "DEFAULT_BLOCK_SIZE", "Anonymizer", "block_size_from_env"]
+__all__ = [
+    "ANONYMIZE_BLOCK_SIZE_ENV",
+    "ANONYMIZE_FORMAT_ENV",
+    "DEFAULT_BLOCK_SIZE",
+    "Anonymizer",
+    "block_size_from_env",
+    "format_from_env",
+]
 
 
 def block_size_from_env() -> int | None:
@@ -40,18 +65,30 @@ def block_size_from_env() -> int | None:
     return size
 
 
-class Anonymizer:
-    """Renders a session's line anonymised; one salt for every line of one file."""
+def format_from_env() -> str:
+    """The anonymised form the command asked for (default: a session file)."""
+    form = os.environ.get(ANONYMIZE_FORMAT_ENV, "").strip() or FORMAT_SESSIONS
+    if form not in FORMATS:
+        raise ValueError(f"{ANONYMIZE_FORMAT_ENV}={form!r} is not an anonymised format; use one of {', '.join(FORMATS)}")
+    return form
 
-    def __init__(self, block_size: int, salt: bytes | None = None) -> None:
+
+class Anonymizer:
+    """Renders a session's line (or, Mooncake form, its rows) anonymised; one salt for every line
+    of one file."""
+
+    def __init__(self, block_size: int, salt: bytes | None = None, form: str | None = None) -> None:
         self.block_size = block_size
         self._salt = salt or new_salt()
+        self.form = form or format_from_env()
 
     def line(
         self, seq: int, tenant: str, arrival_s: float, system_prompt: str, turns: tuple[CapturedTurn, ...]
     ) -> bytes:
         session = Session(str(seq), tenant, system_prompt, tuple(_turn(t) for t in turns), index=seq)
         anon = anonymize_session(session, salt=self._salt, block_size=self.block_size, arrival_s=arrival_s)
+        if self.form == FORMAT_MOONCAKE:
+            return b"".join(orjson.dumps(row) + b"\n" for row in mooncake_rows(anon, salt=self._salt))
         return orjson.dumps(anonymized_record(anon)) + b"\n"
 
 

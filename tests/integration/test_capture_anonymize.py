@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from loadgen.capture.process import CaptureProcess
@@ -34,11 +35,12 @@ def _chat(port: int, messages: list[dict]) -> str:
     )
 
 
-def test_an_anonymized_capture_holds_no_prompt_text(tmp_path) -> None:
+@pytest.mark.parametrize("form", ["sessions", "mooncake"])
+def test_an_anonymized_capture_holds_no_prompt_text(tmp_path, form) -> None:
     out = tmp_path / "anon.jsonl"
     with sim(tmp_path, "--profile", "tiny", "--time-scale", "0") as (proc, _):
         cap = CaptureProcess.start(
-            ["--upstream", proc.url, "--out", str(out), "--anonymize", "--block-size", "4"]
+            ["--upstream", proc.url, "--out", str(out), "--anonymize", "--block-size", "4", "--anonymize-format", form]
         )
         try:
             h = [{"role": "system", "content": f"You help {MARKER} with code."},
@@ -50,10 +52,20 @@ def test_an_anonymized_capture_holds_no_prompt_text(tmp_path) -> None:
             assert cap.stop() == 0, cap.stderr()
     text = out.read_text()
     assert MARKER not in text and "parser" not in text and "private-user-7" not in text
-    (rec,) = [json.loads(line) for line in text.splitlines() if line.strip()]
-    assert sorted(rec["turns"][0]) == ["block_size", "hash_ids", "max_tokens", "role", "tokens"]
-    assert all(t["block_size"] == 4 and len(t["hash_ids"]) == -(-t["tokens"] // 4) for t in rec["turns"])
-    (session,) = load_workload(str(out)).sessions(0, 1)
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if form == "mooncake":  # a row per request, the session's key on each, its arrival on the first
+        first, follow = lines
+        assert sorted(first) == ["hash_ids", "input_length", "output_length", "session_id", "timestamp"]
+        assert sorted(follow) == ["delay", "hash_ids", "input_length", "output_length", "session_id"]
+        assert first["session_id"] == follow["session_id"] and first["session_id"].startswith("anon-") and follow["delay"] >= 0
+        assert all(len(r["hash_ids"]) == -(-r["input_length"] // 4) for r in lines)
+        wl = load_workload(str(out), options={"block_size": "4"})
+    else:
+        (rec,) = lines
+        assert sorted(rec["turns"][0]) == ["block_size", "hash_ids", "max_tokens", "role", "tokens"]
+        assert all(t["block_size"] == 4 and len(t["hash_ids"]) == -(-t["tokens"] // 4) for t in rec["turns"])
+        wl = load_workload(str(out))
+    (session,) = wl.sessions(0, 1)
     assert [t.max_tokens for t in session.turns] == [5, 5]
 
 
@@ -62,6 +74,7 @@ def test_block_size_without_anonymize_and_anonymize_with_redact_are_refused(tmp_
     for extra, message in (
         (["--block-size", "64"], "--block-size only applies with --anonymize"),
         (["--anonymize", "--redact"], "--anonymize writes no text at all, so --redact adds nothing"),
+        (["--anonymize-format", "mooncake"], "--anonymize-format only applies with --anonymize"),
     ):
         r = CliRunner().invoke(main, [*base, *extra])
         assert r.exit_code == 2 and message in r.output, r.output
