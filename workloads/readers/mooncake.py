@@ -15,7 +15,7 @@ the shared blocks). Lines with a ``session_id`` (AIPerf's multi-turn ``mooncake_
 turns of one session, in file order, and must be contiguous (a streamed trace is read once, row
 by row; an id seen again after another session's lines is a one-line error):
 
-* the first line's ``timestamp`` is the session's arrival; a follow-up's ``delay`` (ms) is its
+* the session is named by its ``session_id``; the first line's ``timestamp`` is its arrival; a follow-up's ``delay`` (ms) is its
   think time, or, without ``delay``, the gap between its ``timestamp`` and the line before's;
 * each line's ``input_length``/``hash_ids`` are **that turn's new message**, as AIPerf replays them
   (its default context mode, ``deltas_without_responses``): the conversation so far (earlier
@@ -112,7 +112,8 @@ class MooncakeReader(WorkloadReader):
                     f"{at}: delay: given on session {short(line.session_key)}'s first line; "
                     "its arrival is its timestamp, delay is for the follow-ups"
                 )
-            rec: dict[str, Any] = {"turns": [line.turn], "id": f"{stem}-L{lineno}", "tenant": tenant}
+            session_id = line.session_key if line.session_key is not None else f"{stem}-L{lineno}"
+            rec: dict[str, Any] = {"turns": [line.turn], "id": session_id, "tenant": tenant}
             open_row = TraceRow(lineno, line.t_s, rec)
             open_key, prev_t_s = line.session_key, line.t_s
             if open_key is not None:
