@@ -1,12 +1,14 @@
 """A WekaTrace file replayed end to end (a real Locust master and worker) against one tiny sim,
-checked against what the sim says it did (its truth log): the sub-agents arrive as fan-out
-children on the parent's context, the next main request waits for them, and the prefix cache hits
+checked against what the sim says it did (its truth log): every request of the trace is sent, the
+sub-agents arrive as fan-out branches on the parent's context (each sub-agent's requests in order,
+the overlapping sub-agents together), the next main request waits for them, and the prefix cache hits
 what the replayed history and the blocks a trace's sub-agents share imply (global scope), and no
 more (local scope, other traces).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -43,6 +45,8 @@ def test_weka_trace_sub_agents_fan_out_on_the_parents_cache_and_the_shared_block
     seen = truth(truth_log)
     sessions = [wl.session(5, k) for k in range(3)]
     assert len(recs) == sum(len(s.turns) for s in sessions) and all(x.ok for x in recs)
+    # As many requests as the traces hold: every request of every sub-agent was sent.
+    assert len(recs) == sum(len(e["requests"]) if e.get("type") == "subagent" else 1 for t in traces for e in t["requests"])
     steps = {(x.session_id, x.step_id): x for x in recs}
     sim_of = {key: seen[x.request_id] for key, x in steps.items()}  # every request reached the sim
     for s in sessions:
@@ -59,13 +63,24 @@ def test_weka_trace_sub_agents_fan_out_on_the_parents_cache_and_the_shared_block
             if t.kind in ("fan-out child", "follow-up"):
                 # ...and finds its parent's prompt and reply in the cache (the replayed history).
                 assert mine["cached_tokens"] >= _full_blocks(sim_of[(s.session_id, t.parent_ids[0])]), t.step_id
-            if t.kind == "join":  # the fan-out's parent context, with the children's outputs after it
-                fanned = by_id[t.parent_ids[0]].parent_ids[0]
+            if t.kind == "join":  # the fan-out's parent context, with the branches' outputs after it
+                child = t.parent_ids[0]
+                while by_id[child].kind != "fan-out child":  # up the branch to its child
+                    child = by_id[child].parent_ids[0]
+                fanned = by_id[child].parent_ids[0]
                 assert mine["cached_tokens"] >= _full_blocks(sim_of[(s.session_id, fanned)]), t.step_id
     a, b, c = (s.session_id for s in sessions)
-    # cc-a's two sub-agents overlap in the trace and so were in the sim together.
-    r2, r3 = sim_of[(a, "r2")], sim_of[(a, "r3")]
+    # cc-a's two sub-agents overlap in the trace and so were in the sim together; the first one's
+    # three requests reached it one after the other, each extending the one before (the sim saw
+    # the branch's history: its prompt holds the previous request's prompt and reply), and the
+    # join came after the last request of both.
+    branch = [sim_of[(a, sid)] for sid in ("r2", "r2.1", "r2.2")]
+    r2, r3 = branch[0], sim_of[(a, "r3")]
     assert r3["t_received_ns"] < r2["t_end_ns"] and r2["t_received_ns"] < r3["t_end_ns"]
+    for before, after in itertools.pairwise(branch):
+        assert after["t_received_ns"] >= before["t_end_ns"]
+        assert after["prompt_tokens"] > before["prompt_tokens"] + before["completion_tokens"]
+    assert sim_of[(a, "r4")]["t_received_ns"] >= max(branch[-1]["t_end_ns"], r3["t_end_ns"])
     bs = traces[0]["block_size"]
     # cc-b (global scope): its second sub-agent, sent 130 ms after its parent's end, found the first
     # one's tool definitions (three shared blocks) in the cache after the parent's context...

@@ -1,4 +1,4 @@
-"""The WekaTrace reader: traces as sessions, sub-agents as fan-out children, hash ids as shared
+"""The WekaTrace reader: traces as sessions, sub-agents as fan-out branches, hash ids as shared
 prefixes, detection among every format's fixtures, compressed and malformed files.
 
 Expectations are computed from the fixture's own fields (docs/workloads.md, "WekaTrace agentic
@@ -24,7 +24,8 @@ from workloads.readers import detect_format
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "datasets"
 WEKA = FIX / "weka_traces.jsonl"
 TRACES = [json.loads(line) for line in WEKA.read_text().splitlines()]
-# cc-a: global scope, two overlapping sub-agents; cc-b: global, two sub-agents one after the other
+# cc-a: global scope, two overlapping sub-agents (of three requests and one); cc-b: global, two
+# sub-agents one after the other
 # sharing their tool definitions; cc-c: local scope, cc-b's shape and ids, ending with the fan-out.
 A, B, C = TRACES
 
@@ -78,27 +79,42 @@ def test_main_requests_are_a_chain_that_grows_by_what_the_context_grew():
     assert last.role == "user" and follow.role == join.role == "tool"  # input_types text / tool_result
 
 
-def test_sub_agents_are_fan_out_children_of_the_request_before_them_and_the_next_request_joins():
+def test_sub_agents_are_fan_out_branches_of_the_request_before_them_and_the_next_request_joins():
     s = _session("cc-a")
     reqs = A["requests"]
     by_id = {t.step_id: t for t in s.turns}
-    stages = [[st.step_id for st in stage.steps] for stage in plan_session(s).stages]
-    assert stages == [["r0"], ["r1"], ["r2", "r3"], ["r4"], ["r5"]]  # the overlapping sub-agents run together
+    stages = [[[st.step_id for st in b] for b in stage.branches or [stage.steps]] for stage in plan_session(s).stages]
+    # the overlapping sub-agents run together, each as a branch of all its requests
+    assert stages == [[["r0"]], [["r1"]], [["r2", "r2.1", "r2.2"], ["r3"]], [["r4"]], [["r5"]]]
     sub1, sub2 = reqs[2], reqs[3]
+    assert len(sub1["requests"]) == 3 and len(sub2["requests"]) == 1
     for sid, group in (("r2", sub1), ("r3", sub2)):
         child = by_id[sid]
-        last = group["requests"][-1]  # the sub-agent's last request: the answer the parent gets back
+        first = group["requests"][0]  # the sub-agent's first request: its blocks on the parent's context
         assert (child.kind, child.parent_ids, child.tool_call) == ("fan-out child", ("r1",), "subagent")
-        assert len(_words(child.content)) == last["in"] and child.max_tokens == last["out"]
+        assert len(_words(child.content)) == first["in"] and child.max_tokens == first["out"]
+    # Each later request of a sub-agent extends its branch by what the sub-agent's context grew
+    # by, after its own think time.
+    inner = sub1["requests"]
+    for k, sid in ((1, "r2.1"), (2, "r2.2")):
+        step, parent = by_id[sid], ("r2", "r2.1")[k - 1]
+        assert (step.kind, step.parent_ids, step.tool_call) == ("follow-up", (parent,), None)
+        assert len(_words(step.content)) == inner[k]["in"] - (inner[k - 1]["in"] + inner[k - 1]["out"])
+        assert step.max_tokens == inner[k]["out"] and step.think_time_s == pytest.approx(inner[k]["think_time"])
+        assert step.role == "tool"  # input_types tool_result (sent as a user message)
     # The first child waits its own think time; the second starts as much later as in the trace.
     assert by_id["r2"].think_time_s == pytest.approx(sub1["think_time"])
     assert by_id["r3"].think_time_s == pytest.approx(sub1["think_time"] + sub2["t"] - sub1["t"])
     join = by_id["r4"]
-    assert (join.kind, join.parent_ids) == ("join", ("r2", "r3"))
-    # The children's outputs join the history as tool results; the join's own message is the rest.
+    assert (join.kind, join.parent_ids) == ("join", ("r2.2", "r3"))
+    # Each branch's last output joins the history as a tool result; the join's own message is the rest.
     outs = sub1["requests"][-1]["out"] + sub2["requests"][-1]["out"]
     assert len(_words(join.content)) == reqs[4]["in"] - (reqs[1]["in"] + reqs[1]["out"] + outs)
     assert join.think_time_s == pytest.approx(reqs[4]["think_time"])
+    # Every request of the trace is a step of its session.
+    for trace in TRACES:
+        want = sum(len(e["requests"]) if e.get("type") == "subagent" else 1 for e in trace["requests"])
+        assert len(_session(trace["id"]).turns) == want
 
 
 def test_a_fan_out_may_end_the_session_and_sequential_sub_agents_are_counted():
@@ -109,7 +125,6 @@ def test_a_fan_out_may_end_the_session_and_sequential_sub_agents_are_counted():
     groups = [e for t in TRACES for e in t["requests"] if e.get("type") == "subagent"]
     assert stats["subagents"] == len(groups) and stats["fan_outs"] == 3
     assert stats["subagent_requests"] == sum(len(g["requests"]) for g in groups)
-    assert stats["subagent_requests_folded"] == sum(len(g["requests"]) - 1 for g in groups)
     assert stats["main_requests"] == sum(1 for t in TRACES for e in t["requests"] if e.get("type") != "subagent")
     assert stats["sequential_subagents"] == 2  # cc-b's and cc-c's second sub-agents start after the first ended
     assert stats["block_size"] == A["block_size"] == 64
@@ -199,8 +214,8 @@ def _set(path: list, value):
          'line 1: requests[2].requests[1].in: "x" is not allowed; use an integer >= 1'),
         (_set([0, "requests", 0, "hash_ids"], [1, 2]),
          "line 1: requests[0].hash_ids: 2 blocks but in 300 needs 5 of 64 tokens; check the trace's block_size"),
-        (_set([0, "requests", 2, "requests", 1, "hash_ids", 2], -3),
-         "line 1: requests[2].requests[1].hash_ids: -3 is not allowed; use an integer >= 0"),
+        (_set([0, "requests", 2, "requests", 0, "hash_ids", 2], -3),
+         "line 1: requests[2].requests[0].hash_ids: -3 is not allowed; use an integer >= 0"),
         (_set([2, "requests", 1, "t"], -1), "line 3: requests[1].t: -1 is not allowed; give a number of seconds >= 0"),
         (_set([0, "requests", 3, "requests"], []),
          "line 1: requests[3].requests: [] is not allowed; a sub-agent needs a non-empty list of requests"),

@@ -1,4 +1,4 @@
-"""WekaTrace agentic traces: Claude Code conversations whose sub-agents replay as fan-out steps.
+"""WekaTrace agentic traces: Claude Code conversations whose sub-agents replay as fan-out branches.
 
 The format of kv-cache-tester's ``trace_replay_tester`` (``docs/trace_replay_tester.md``) and of the
 SemiAnalysis ``cc-traces-weka-with-subagents`` corpora, made by a capture proxy that cut every
@@ -20,12 +20,13 @@ How a trace becomes a session (docs/workloads.md, "WekaTrace agentic traces"):
   plus a message of what the context grew by, ``in - (previous in + previous out)`` tokens (at
   least 1: a context that did not grow is counted as ``context_not_grown``).
 * A ``type: subagent`` entry is one sub-agent. A run of them right after a main request are the
-  concurrent children of one fan-out of that request; each child sends the parent's context plus
-  the sub-agent's last request (its blocks, its ``out`` as ``max_tokens``: the answer the parent
-  gets back), its output joins the parent's history as the result of a ``subagent`` tool call,
-  and the next main request is the join, whose own message is what the context grew by beyond
-  the parent's and the children's outputs. A fan-out child is one request, so a sub-agent's
-  earlier requests are not sent (``subagent_requests_folded``).
+  concurrent branches of one fan-out of that request: each sub-agent's first request is a child
+  that sends the parent's context plus the request's blocks, and each later one a follow-up of
+  the branch that adds what the sub-agent's context grew by (as the main chain does), with its
+  ``out`` as ``max_tokens``. The branch's last output (the answer the parent gets back) joins the
+  parent's history as the result of a ``subagent`` tool call, and the next main request is the
+  join, whose own message is what the context grew by beyond the parent's and the branches' last
+  outputs. Every request of a sub-agent is sent.
 * Think time is the request's ``think_time`` (client delay after the previous reply); without it,
   the gap from the previous request's end (``t`` + ``api_time``), or from its start.
 * Block ids belong to their trace (every trace numbers its blocks from 0, and the corpora share
@@ -189,7 +190,7 @@ class _Builder:
         self._blocks: set[int] = set()
         self._lines: dict[str, int] = {}
         self.counts = dict.fromkeys(
-            ("main_requests", "subagents", "subagent_requests", "subagent_requests_folded", "fan_outs",
+            ("main_requests", "subagents", "subagent_requests", "fan_outs",
              "sequential_subagents", "subagents_without_parent", "context_not_grown",
              "nested_subagents_left_out", "think_times_cut"),
             0,
@@ -226,7 +227,7 @@ class _Builder:
     ) -> list[dict[str, Any]]:
         turns: list[dict[str, Any]] = []
         prev: dict[str, Any] | None = None  # the last main request
-        children: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (turn, group) of the open fan-out
+        children: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (branch's last turn, group) of the open fan-out
         first_think = first_start = 0.0
         for i, entry in enumerate(entries):
             where = f"{at}: requests[{i}]"
@@ -246,21 +247,21 @@ class _Builder:
                     first_start = group["start"]
                     if first_think is None:
                         first_think = group["start"] - prev["end"]
-                last = group["inner"][-1]
+                first = group["inner"][0]
                 turn = {
-                    "max_tokens": max(1, last["out"]),
+                    "max_tokens": max(1, first["out"]),
                     "think_time": self._think(first_think + group["start"] - first_start),
                     "role": "user",
                     "id": f"r{i}",
                     "kind": STEP_FAN_OUT_CHILD,
                     "parents": [prev["id"]],
                     "tool_call": SUBAGENT,
-                    **self._prompt(last, f"{trace_id}/requests[{i}]" if per_context else trace_id, block_size),
+                    **self._prompt(first, f"{trace_id}/requests[{i}]" if per_context else trace_id, block_size),
                 }
-                children.append((turn, group))
                 turns.append(turn)
+                turn = self._branch(turns, turn, group["inner"])
+                children.append((turn, group))
                 self.counts["subagents"] += 1
-                self.counts["subagent_requests_folded"] += len(group["inner"]) - 1
                 continue
             req = _request(entry, where, block_size, sent=prev is None)
             req["id"] = f"r{i}"
@@ -287,6 +288,28 @@ class _Builder:
         if children:
             self.counts["fan_outs"] += 1
         return turns
+
+    def _branch(self, turns: list[dict[str, Any]], head: dict[str, Any], inner: list[dict[str, Any]]) -> dict[str, Any]:
+        """A sub-agent's later requests as follow-ups of its branch after ``head`` (each adds what
+        the sub-agent's context grew by since its previous request and reply, after its think
+        time), appended to ``turns``; the branch's last step."""
+        last = head
+        for k in range(1, len(inner)):
+            req, before = inner[k], inner[k - 1]
+            grown = req["in"] - (before["in"] + before["out"])
+            self.counts["context_not_grown"] += grown < 1
+            think = req["think_time"] if req["think_time"] is not None else req["t"] - before["end"]
+            last = {
+                "max_tokens": max(1, req["out"]),
+                "think_time": self._think(think),
+                "role": req["role"],
+                "id": f"{head['id']}.{k}",
+                "kind": STEP_FOLLOW_UP,
+                "parents": [last["id"]],
+                "tokens": max(1, grown),
+            }
+            turns.append(last)
+        return last
 
     def _think(self, seconds: float) -> float:
         """A wait of at least 0 s and at most the ``max_think_time`` option (cut waits are counted)."""
@@ -365,11 +388,11 @@ def _group(entry: dict[str, Any], where: str, block_size: int) -> dict[str, Any]
         raise WorkloadError(
             f"{where}.requests: {short(inner_raw)} is not allowed; a sub-agent needs a non-empty list of requests"
         )
-    # A sub-agent's own sub-agents are left out (counted): a fan-out child is one request.
+    # A sub-agent's own sub-agents are left out (counted): a branch has no fan-out of its own.
     nested = sum(isinstance(r, dict) and r.get("type") == SUBAGENT for r in inner_raw)
     own = [(j, r) for j, r in enumerate(inner_raw) if not (isinstance(r, dict) and r.get("type") == SUBAGENT)]
     inner = [
-        _request(r, f"{where}.requests[{j}]", block_size, sent=k == len(own) - 1)  # its last one is sent
+        _request(r, f"{where}.requests[{j}]", block_size, sent=k == 0)  # its first one's blocks are sent
         for k, (j, r) in enumerate(own)
     ]
     if not inner:
