@@ -11,7 +11,8 @@ count (``usage.prompt_tokens_details.cached_tokens`` over ``prompt_tokens``), pe
 Margin: within 2% (relative) of the original's. The anonymised file keeps every size and every
 shared prefix to the 16-token block (the sim's block size is 16), and sends the system prompt in
 the first user message: one template token fewer per request, which shifts block boundaries by
-one token in both sessions of a shared prefix alike.
+one token in both sessions of a shared prefix alike. The same anonymised sessions written as
+Mooncake rows (``--anonymize-format mooncake``) replay in a run of their own to the same margin.
 """
 
 from __future__ import annotations
@@ -69,6 +70,21 @@ def test_an_anonymised_file_replays_the_originals_cache_hits_on_the_sim(tmp_path
     orig_rate, anon_rate = _hit_rate(orig), _hit_rate(anon)
     assert orig_rate > 0.3  # the sessions do reuse: histories and the tenants' prompts
     assert abs(anon_rate - orig_rate) <= 0.02 * orig_rate, (orig_rate, anon_rate)
+    # The same sessions as Mooncake rows (AIPerf's multi-turn mooncake_trace), read by the Mooncake
+    # reader: their own run, as a file holds one format; the same margin against the original.
+    rows = tmp_path / "anonymised-mooncake.jsonl"
+    out = CliRunner().invoke(main, ["workload", "anonymize", str(original), "--block-size", "16",
+                                    "--anonymize-format", "mooncake", "-o", str(rows)])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    r = loadgen(
+        "run", "--workload", str(rows), "--workload-options", "block_size=16", "--rate", "20", "--seed", "3",
+        "--time-scale", "0", "--results", str(tmp_path / "res-mooncake"), "--max-schedule-lag", "1s",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    mooncake = records(run_dir(tmp_path / "res-mooncake"))
+    assert len(mooncake) == len(orig) and {x.session_id for x in mooncake} == {x.session_id for x in anon}
+    mooncake_rate = _hit_rate(mooncake)
+    assert abs(mooncake_rate - orig_rate) <= 0.02 * orig_rate, (orig_rate, mooncake_rate)
 
 
 @pytest.mark.slow
