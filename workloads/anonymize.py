@@ -194,9 +194,9 @@ def mooncake_rows(s: AnonymizedSession, *, salt: bytes) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"session_id": s.session_id}
         if i == 0:
             if s.arrival_s is not None:
-                row["timestamp"] = round(s.arrival_s * 1000.0, 3)
+                row["timestamp"] = _ms(s.arrival_s)
         else:
-            row["delay"] = round(t.think_time_s * 1000.0, 3)
+            row["delay"] = _ms(t.think_time_s)
         if t.tokens:
             row["input_length"], ids = t.tokens, list(t.hash_ids)
         else:  # a row needs a token; this one's id is keyed like the rest, so it shares nothing
@@ -206,6 +206,12 @@ def mooncake_rows(s: AnonymizedSession, *, salt: bytes) -> list[dict[str, Any]]:
         row["hash_ids"] = ids
         rows.append(row)
     return rows
+
+
+def _ms(seconds: float) -> int | float:
+    """Milliseconds to the microsecond, a whole number written as an integer (older AIPerf wants one)."""
+    ms = round(seconds * 1000.0, 3)
+    return int(ms) if ms.is_integer() else ms
 
 
 @dataclass(slots=True)
