@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.cli import main
+from loadgen.conversation import Conversation
 from workloads import load_workload, write_sessions_jsonl
 from workloads.dag import plan_session
 from workloads.errors import WorkloadError
@@ -291,3 +292,30 @@ def test_a_sub_agent_without_duration_lasts_its_requests_span_on_either_clock(tm
     first["requests"][0]["api_time"] = second["t"] - first["t"] + 0.01
     p.write_text(json.dumps(trace) + "\n")
     assert load_workload(p).stats["sequential_subagents"] == 0
+
+
+def test_a_replay_sends_every_request_with_the_traces_prompt_tokens():
+    """With replies as long as asked, each main request's prompt has the trace's ``in`` tokens, and
+    each sub-agent request's has it on top of its parent's context (the branch's history kept)."""
+    for k, trace in enumerate(TRACES):
+        s = _weka().session(0, k)
+        plan = plan_session(s)
+        conv = Conversation(s, plan, lambda text: len(text.split()))
+        def reply(index: int, turns=s.turns) -> str:
+            return " ".join(["w"] * turns[index].max_tokens)
+
+        got = []
+        for stage in plan.stages:
+            if not stage.fan_out:
+                step = stage.steps[0]
+                got.append(conv.prompt_tokens(step.index))
+                conv.extend(step.index, reply(step.index))
+                continue
+            for branch in stage.branches:
+                for j, step in enumerate(branch):
+                    got.append(conv.prompt_tokens(step.index) - conv.history_tokens)
+                    if j + 1 < len(branch):
+                        conv.extend_branch(step.index, reply(step.index))
+            conv.join([b[0].index for b in stage.branches], [reply(b[-1].index) for b in stage.branches])
+        want = [r["in"] for e in trace["requests"] for r in (e["requests"] if e.get("type") == "subagent" else [e])]
+        assert got == want, trace["id"]
