@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,11 @@ def test_weka_trace_sub_agents_fan_out_on_the_parents_cache_and_the_shared_block
     assert len(recs) == sum(len(s.turns) for s in sessions) and all(x.ok for x in recs)
     # As many requests as the traces hold: every request of every sub-agent was sent.
     assert len(recs) == sum(len(e["requests"]) if e.get("type") == "subagent" else 1 for t in traces for e in t["requests"])
+    # The branches' later steps are follow-ups to the summary's step-kind breakdown.
+    summary = json.loads((run_dir(tmp_path / "res") / "summary.json").read_text())
+    kinds = Counter(t.kind for s in sessions for t in s.turns)
+    assert {k: v["requests"] for k, v in summary["by_step_kind"].items()} == kinds
+    assert sum(x.step_kind == "follow-up" and "." in x.step_id for x in recs) == 2  # cc-a's r2.1, r2.2
     steps = {(x.session_id, x.step_id): x for x in recs}
     sim_of = {key: seen[x.request_id] for key, x in steps.items()}  # every request reached the sim
     for s in sessions:
