@@ -36,7 +36,7 @@ user_tokens: {dist: uniform, low: 20, high: 60}
 tool_turn_fraction: 0.5
 tool_output_tokens: {dist: uniform, low: 100, high: 300}
 output_tokens: 16
-think_time: {dist: uniform, low: 250ms, high: 450ms}
+think_time: {dist: uniform, low: 100ms, high: 200ms}
 """
 ARMS = {"rr": "sglang:round_robin", "ca": "sglang:cache_aware", "ca-again": "sglang:cache_aware"}
 
