@@ -23,7 +23,7 @@ from typing import Any
 
 from workloads.blocks import split_blocks
 from workloads.dag import plan_turns
-from workloads.model import STEP_FIRST, STEP_FOLLOW_UP, STEP_JOIN, Session, Turn
+from workloads.model import STEP_FAN_OUT_CHILD, STEP_FIRST, STEP_FOLLOW_UP, STEP_JOIN, Session, Turn
 from workloads.text import TextTokenizer
 from workloads.workload import Workload
 
@@ -233,13 +233,16 @@ def context_parent(shape: SessionShape, i: int) -> int | None:
     """The step whose whole context (with its reply) leads step ``i``'s prompt, or None for a root.
 
     A join's prompt extends the step its fan-out children extended (the children's outputs come
-    after that context), so its context parent is that step.
+    after that context), so its context parent is that step. A join's parent may be the last step
+    of a branch (a child's chain): the branch is walked up to its child first.
     """
     t = shape.turns[i]
     if not t.parents:
         return None
     p = t.parents[0]
     if t.kind == STEP_JOIN:
+        while shape.turns[p].kind != STEP_FAN_OUT_CHILD and shape.turns[p].parents:
+            p = shape.turns[p].parents[0]
         grand = shape.turns[p].parents
         return grand[0] if grand else None
     return p

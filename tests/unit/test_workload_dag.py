@@ -228,3 +228,17 @@ def test_bad_branches_are_one_line_errors(turns, message):
     with pytest.raises(WorkloadError) as err:
         plan_turns(turns, where="s")
     assert str(err.value) == message
+
+
+def test_a_joins_context_parent_is_the_fan_outs_parent_also_when_its_parents_end_branches():
+    """inspect/analyze count a join's prompt from the step the fan-out extended, not from inside
+    a branch (its first parent, b2, is a branch's last step)."""
+    from workloads.model import Session
+    from workloads.shapes import context_parent, shape_of_session
+    from workloads.text import BUILTIN
+
+    shape = shape_of_session(Session("s", "default", "sys", tuple(BRANCHES)), BUILTIN)
+    index = {t.content: i for i, t in enumerate(BRANCHES)}
+    assert context_parent(shape, index["j"]) == index["a"]
+    assert context_parent(shape, index["c3"]) == index["c2"]  # a branch step extends the one before it
+    assert context_parent(shape, index["d"]) == index["a"]
