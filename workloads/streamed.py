@@ -78,6 +78,10 @@ class StreamedTraceWorkload(RecordSessions, Workload):
         self._cursor: Iterator[TraceRow] | None = None  # session(): the rows read on from here
         self._cursor_next = 0
         self._recent: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        # session(): a second reader for an agent that fell behind the kept rows, so that it does
+        # not send the leading reader (and every other agent) back to the start.
+        self._behind: Iterator[TraceRow] | None = None
+        self._behind_next = 0
         # A reader whose records are not dataset records builds its own sessions (session files).
         self._build_session = getattr(reader, "session_from_record", None)
 
@@ -173,11 +177,14 @@ class StreamedTraceWorkload(RecordSessions, Workload):
     def session(self, seed: int, index: int) -> Any:
         """Session ``index``, read on from the last one asked for: agents of a closed loop ask in
         nearly increasing order, so the file is read about once (the last ``RECENT_ROWS`` rows
-        are kept; an index before them reads from the start again)."""
-        check_seed_index(seed, index, None, where=self.source)
+        are kept; an index before them is read by a second reader, from the start if it is behind
+        that one too). An index past the file's end, once the end is known, is refused at once."""
+        check_seed_index(seed, index, self._count, where=self.source)
         rec = self._recent.get(index)
+        if rec is None and index < self._cursor_next - RECENT_ROWS:
+            return self.record_session(seed, index, self._read_behind(index))
         if rec is None:
-            if self._cursor is None or index < self._cursor_next - RECENT_ROWS:
+            if self._cursor is None:
                 self._cursor, self._cursor_next = self.rows(), 0
                 self._recent.clear()
             while self._cursor_next <= index:
@@ -192,6 +199,16 @@ class StreamedTraceWorkload(RecordSessions, Workload):
                     self._recent.popitem(last=False)
             rec = self._recent[index]
         return self.record_session(seed, index, rec)
+
+    def _read_behind(self, index: int) -> dict[str, Any]:
+        """Row ``index``'s record, for an agent behind the kept rows (the second reader)."""
+        if self._behind is None or index < self._behind_next:
+            self._behind, self._behind_next = self.rows(), 0
+        for row in self._behind:
+            self._behind_next += 1
+            if self._behind_next > index:
+                return row.record
+        raise AssertionError(f"row {index} is before rows already read, but the file ended")  # pragma: no cover
 
     def record_session(self, seed: int, index: int, rec: dict[str, Any]) -> Session:
         """Session ``index`` for ``seed`` built from its row's record."""

@@ -217,6 +217,28 @@ def test_sessions_by_index_read_on_and_stop_past_the_last_row(monkeypatch):
         wl.session(3, 200)
 
 
+def test_a_lagging_agent_and_indexes_past_the_end_do_not_send_the_reader_back_to_the_start(monkeypatch):
+    """A closed loop's agents: one far behind the kept rows is read by a second reader (the
+    leading one goes on), and once the end is known an index past it is refused without a read."""
+    import workloads.streamed as streamed_mod
+
+    monkeypatch.setattr(streamed_mod, "RECENT_ROWS", 8)
+    path = FIX / "azure.csv"
+    whole, wl = load_workload(path), streamed("azure", path)
+    reads = []
+    rows = wl.rows
+    monkeypatch.setattr(wl, "rows", lambda: reads.append(1) or rows())
+    for index in (0, 50, 3, 4, 51, 60, 5, 199):
+        assert wl.session(3, index) == whole.session(3, index)
+    assert len(reads) == 2  # the leading reader once, the second reader once (3, 4, 5 in order)
+    with pytest.raises(WorkloadError, match="out of range"):
+        wl.session(3, 199 + 1)
+    for _ in range(3):
+        with pytest.raises(WorkloadError, match="out of range"):
+            wl.session(3, 250)
+    assert len(reads) == 2
+
+
 def _chunks(text: str, size: int):
     return iter([text[i : i + size] for i in range(0, len(text), size)])
 
