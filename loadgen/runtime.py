@@ -838,6 +838,15 @@ class LoadgenRuntime:
             return False
         info["returned_at_s"] = round(time.time() - self.t0_unix_s, 3)
         info["pid"] = info.get("pid") or (payload.get("state") or {}).get("pid")  # lost before its first report
+        # Locust clears STATE_MISSING only at the worker's next heartbeat, up to a second after
+        # this report: until then the watch (every 0.25 s) would take it for lost a second time,
+        # for good. Its report is word from it, as a heartbeat is.
+        import locust.runners
+
+        node = self.env.runner.clients.get(wid)
+        if node is not None and node.state == STATE_MISSING:
+            node.heartbeat = locust.runners.HEARTBEAT_LIVENESS
+            node.state = STATE_RUNNING
         log.warning("lost worker %s (slot %s) reports again; its records are merged", wid, info["slot"])
         self._write_lost()
         return True
@@ -1113,6 +1122,8 @@ class LoadgenRuntime:
             # this one is added beside them, and the worker is out of the run for good.
             previous.update(lost_again_at_s=round(time.time() - self.t0_unix_s, 3), why_again=why)
             previous["in_flight_sessions_again"] = [] if left else sorted(state.get("sessions", []))
+            if left:
+                previous["left_cleanly_again"] = True
             log.error("worker %s (%s, slot %s) lost again (%s)", wid, self._where(wid), previous["slot"], why)
             self._write_lost()
             self._after_loss(wid, why)
@@ -1309,7 +1320,9 @@ class LoadgenRuntime:
                 "once there is room",
             )
         else:
-            self.verdict = decide_verdict(run_dir, self.config, self.env)
+            # A usage error found during the run (a bad row of a streamed trace) stays the verdict.
+            fatal = self.verdict if self.verdict is not None and self.verdict.exit_code == EXIT_USAGE else None
+            self.verdict = fatal or decide_verdict(run_dir, self.config, self.env)
         if self.endpoint is not None:
             try:
                 self.endpoint.run_ended(run_dir)
@@ -1338,7 +1351,7 @@ class LoadgenRuntime:
     def _stop_on_bad_trace(self, message: str) -> None:
         """A streamed trace's count found a bad row during the run: stop, naming it (exit 2)."""
         self._abort_reason = message
-        self._fatal(message, 2)
+        self._fatal(message, EXIT_USAGE)
 
     def _close_accounting(self, *, aborted: bool) -> dict[str, Any] | None:
         if self._fingerprint_greenlet is not None:  # run.json's last write carries it
@@ -1455,15 +1468,17 @@ class LoadgenRuntime:
     def _fetch_then_prepare(self, plan: Plan, data: dict[str, Any], t_got: float, t1w: float) -> None:
         """Pull the master's trace into a temporary file (``loadgen.file_ship``), then prepare."""
         cfg = plan.config
-        self._fetch = FileFetch(self.env.runner.send_message, cfg.run_id, cfg.workload, int(cfg.workload_pull_bytes or 0))
+        fetch = self._fetch = FileFetch(self.env.runner.send_message, cfg.run_id, cfg.workload, int(cfg.workload_pull_bytes or 0))
         try:
-            path = self._fetch.run()
-        except UserError as e:
-            log.error("worker cannot run the plan: %s", e.message)
-            self.env.runner.send_message(MSG_READY, {"run_id": cfg.run_id, "error": str(e.message)})
+            path = fetch.run()
+        except (UserError, OSError) as e:  # a refusal, or this host's disk (full /tmp)
+            message = e.message if isinstance(e, UserError) else f"cannot store {cfg.workload} here ({e.strerror or e})"
+            log.error("worker cannot run the plan: %s", message)
+            self.env.runner.send_message(MSG_READY, {"run_id": cfg.run_id, "error": str(message)})
             return
         finally:
-            fetch, self._fetch = self._fetch, None
+            if self._fetch is fetch:  # a later plan's pull is its own
+                self._fetch = None
         log.warning(
             "%s is not on this host: pulled it from the master (%.1f MiB in %.1f s)",
             cfg.workload, fetch.size / 2**20, fetch.seconds,
