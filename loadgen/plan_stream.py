@@ -237,6 +237,13 @@ def count_in_background(schedule: Any, accounting: Any, on_error: Callable[[str]
         except WorkloadError as e:
             on_error(str(e))
             return
+        except OSError as e:  # the file went away or became unreadable during the run
+            on_error(f"{getattr(schedule.workload, 'source', 'the trace')}: cannot be read to the end ({e.strerror or e})")
+            return
+        except Exception as e:  # a bug, not the user's: still no run without its accounting
+            log.exception("counting the streamed trace failed")
+            on_error(f"the streamed trace could not be counted ({type(e).__name__}: {e})")
+            return
         accounting.arrivals_planned = n
         accounting.sessions_available = schedule.available
         log.info("loadgen: %d sessions planned (the trace was counted during the run)", n)

@@ -73,6 +73,14 @@ def _still_lost(worker: dict[str, Any]) -> bool:
     return "returned_at_s" not in worker or "lost_again_at_s" in worker
 
 
+def _left_cleanly(worker: dict[str, Any]) -> bool:
+    """It sent everything before it went, the last time it went (a clean first leave says nothing
+    of a second loss)."""
+    if "lost_again_at_s" in worker:
+        return bool(worker.get("left_cleanly_again"))
+    return bool(worker.get("left_cleanly"))
+
+
 def _in_flight_at_loss(worker: dict[str, Any]) -> list[Any]:
     """The sessions it had in flight when it was lost for the last time."""
     if "lost_again_at_s" in worker:
@@ -85,7 +93,7 @@ def incomplete_reasons(summary: dict[str, Any], info: dict[str, Any]) -> list[st
     reasons: list[str] = []
     if info.get("status") == "aborted":
         reasons.append(str(info.get("abort_reason") or "stopped before its planned end"))
-    gone = [w for w in info.get("lost_workers") or [] if _still_lost(w) and not w.get("left_cleanly")]
+    gone = [w for w in info.get("lost_workers") or [] if _still_lost(w) and not _left_cleanly(w)]
     undone = [w for w in gone if _in_flight_at_loss(w)]
     if undone:
         sessions = sum(len(_in_flight_at_loss(w)) for w in undone)

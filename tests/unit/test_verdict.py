@@ -134,3 +134,10 @@ def test_a_worker_back_and_then_lost_again_with_nothing_in_flight_is_not_called_
     v = verdict_from_summary(summary(), [], {"config": {}, "lost_workers": [again]})
     assert v.exit_code == EXIT_OK
     assert "and back" not in v.line and v.line.endswith("with nothing in flight, its later arrivals sent by the others")
+
+
+def test_a_clean_first_leave_says_nothing_of_a_second_loss_with_sessions_in_flight() -> None:
+    again = {"worker": "w0", "slot": 0, "lost_at_s": 4.8, "left_cleanly": True, "in_flight_sessions": [],
+             "returned_at_s": 4.9, "lost_again_at_s": 9.0, "in_flight_sessions_again": ["s-2", "s-4"]}  # fmt: skip
+    v = verdict_from_summary(summary(), [], {"config": {}, "lost_workers": [again]})
+    assert v.exit_code == EXIT_INCOMPLETE and "2 sessions in flight" in v.reason
