@@ -87,9 +87,11 @@ _TEXT_DELTA = "response.output_text.delta"
 _REASONING_DELTAS = frozenset(("response.reasoning_text.delta", "response.reasoning_summary_text.delta"))
 _TOKEN_DELTAS = frozenset(("response.refusal.delta", "response.function_call_arguments.delta"))
 _ENDS = frozenset(("response.completed", "response.incomplete"))
-# Server-side history: how many sessions' chains are kept, and how many requests of each.
+# Server-side history: how many sessions' chains are kept, and how many requests of each (a DAG
+# session's fan-out children and branch steps each add one while the parent's must stay findable
+# for the join: a wide stage would push it out of a short list, and the join resend everything).
 MAX_CHAINED_SESSIONS = 4096
-MAX_LINKS_PER_SESSION = 8
+MAX_LINKS_PER_SESSION = 64
 
 
 @dataclass(slots=True)
