@@ -98,3 +98,19 @@ def test_a_reply_without_calls_keeps_the_workloads_calls_as_before() -> None:
     items = _follow_up_input([{"type": "message", "role": "assistant", "content": []}])
     assert [i["call_id"] for i in items if i["type"] == "function_call"] == ["call_w1", "call_w2"]
     assert [i["call_id"] for i in items if i["type"] == "function_call_output"] == ["call_w1", "call_w2"]
+
+
+def test_a_wide_fan_out_keeps_the_parents_link_for_its_join() -> None:
+    """Twenty children each add a link; the join still continues the parent's response."""
+    import orjson
+
+    adapter = OpenAIResponsesAdapter(server_history=True)
+    base = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "plan"}]
+    adapter.build_request(ChatRequest(base, 8, "s1", "r0"))
+    adapter.new_stream().parse_line(b'data: {"type":"response.completed","response":{"id":"resp_parent","usage":null}}')
+    reply = {"role": "assistant", "content": "a plan"}
+    for k in range(20):
+        adapter.build_request(ChatRequest([*base, reply, {"role": "user", "content": f"child {k}"}], 8, "s1", f"c{k}"))
+        adapter.new_stream().parse_line(b'data: {"type":"response.completed","response":{"id":"resp_c%d","usage":null}}' % k)
+    join = adapter.build_request(ChatRequest([*base, reply, {"role": "user", "content": "results: ..."}], 8, "s1", "j"))
+    assert orjson.loads(join.body)["previous_response_id"] == "resp_parent"
