@@ -76,6 +76,10 @@ class FileFetch:
         if data.get("run_id") == self.run_id:
             self._chunks.put(data)
 
+    def cancel(self) -> None:
+        """The run ended while the pull went on (the master's drain): ``run`` stops at once."""
+        self._chunks.put({"cancelled": True})
+
     def run(self) -> str:
         """Pull the whole file (cooperatively: the event loop runs meanwhile); its local path.
         A one-line ``UserError`` when the master stops answering or the file changed size."""
@@ -95,6 +99,8 @@ class FileFetch:
                         f"--workload: pulling the trace from the master stalled with {len(wanted)} of its "
                         f"{len(offsets)} chunks still to come; copy it to the same path on this host"
                     ) from None
+                if chunk.get("cancelled"):
+                    raise UserError("--workload: the run ended before the trace was pulled from the master")
                 offset, data = int(chunk["offset"]), chunk.get("data") or b""
                 if offset not in wanted:
                     continue

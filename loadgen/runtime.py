@@ -196,6 +196,7 @@ class LoadgenRuntime:
         self.accounting: Accounting | None = None
         self._count_greenlet: gevent.Greenlet | None = None  # a streamed trace counted during the run
         self._fetch: FileFetch | None = None  # a worker pulling the master's streamed trace
+        self._drained_runs: set[str] = set()  # runs that ended while this worker still pulled their trace
         self._fingerprint_greenlet: gevent.Greenlet | None = None  # hashing a streamed trace
         self._workload: Any = None  # the run's workload on the master (its fingerprint, once hashed)
         self._final_sent = False
@@ -1472,6 +1473,8 @@ class LoadgenRuntime:
         try:
             path = fetch.run()
         except (UserError, OSError) as e:  # a refusal, or this host's disk (full /tmp)
+            if cfg.run_id in self._drained_runs:
+                return  # the run ended first: the final report was sent
             message = e.message if isinstance(e, UserError) else f"cannot store {cfg.workload} here ({e.strerror or e})"
             log.error("worker cannot run the plan: %s", message)
             self.env.runner.send_message(MSG_READY, {"run_id": cfg.run_id, "error": str(message)})
@@ -1483,6 +1486,8 @@ class LoadgenRuntime:
             "%s is not on this host: pulled it from the master (%.1f MiB in %.1f s)",
             cfg.workload, fetch.size / 2**20, fetch.seconds,
         )  # fmt: skip
+        if cfg.run_id in self._drained_runs:
+            return
         plan.config = fetched_config(cfg, path)
         self._prepare_and_report(plan, data, t_got, t1w)
 
@@ -1591,6 +1596,14 @@ class LoadgenRuntime:
             data["loadgen"] = self._worker_payload()
 
     def _on_drain(self, environment: Any, msg: Any, **_: Any) -> None:
+        fetch = self._fetch
+        if fetch is not None and msg.data.get("run_id") == fetch.run_id:
+            # Still pulling the trace: it sent nothing and never will; say so, and start nothing.
+            self._drained_runs.add(fetch.run_id)
+            fetch.cancel()
+            self._final_sent = True
+            self.env.runner.send_message(MSG_FINAL, {**self._worker_payload(final=True), "run_id": fetch.run_id})
+            return
         if self.plan is None or msg.data.get("run_id") != self.plan.config.run_id:
             return
         if self.driver is not None:

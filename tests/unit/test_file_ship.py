@@ -67,3 +67,16 @@ def test_a_stalled_master_or_a_changed_file_is_a_one_line_error(tmp_path, monkey
     box.append(FileFetch(send, "r", "t.csv", 1000))
     with pytest.raises(UserError, match=r"the master's trace changed while this worker pulled it \(chunk at 0\)"):
         box[0].run()
+
+
+def test_a_pull_cancelled_by_the_runs_end_stops_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(ship, "CHUNK_BYTES", 100)
+    monkeypatch.setattr(ship, "CHUNK_TIMEOUT_S", 30.0)  # a stall would hold the test: cancel must not wait for it
+    source = tmp_path / "t.csv"
+    source.write_bytes(b"x" * 1000)
+    box: list = []
+    send, _ = serving(source, box, drop_after=3)
+    box.append(FileFetch(send, "r", "t.csv", 1000))
+    box[0].cancel()
+    with pytest.raises(UserError, match=r"the run ended before the trace was pulled from the master"):
+        box[0].run()
