@@ -7,7 +7,7 @@ fields. The user-facing description is ``docs/results-format.md``; change both t
 
 Times in a record are integer microseconds since the run's start (``run.json: t0_unix_s``), taken
 from each worker's monotonic clock (``time.perf_counter_ns``) and anchored to the run start in the
-worker's plan. Metric definitions are DESIGN §4 / docs/metrics.md.
+worker's plan. Metric definitions are in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ METRICS_FILE = "metrics.hlog"
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
 
-# HDR histograms: values in µs, 1 µs .. 1 h, 3 significant digits (DESIGN §4).
+# HDR histograms: values in µs, 1 µs .. 1 h, 3 significant digits (docs/metrics.md).
 HIST_LOWEST_US = 1
 HIST_HIGHEST_US = 3_600_000_000
 HIST_SIGNIFICANT_DIGITS = 3
@@ -126,7 +126,7 @@ class RequestRecord:
     # (server-side history: openai-responses server_history); null when it sent everything.
     server_held_prompt_tokens: int | None = None
 
-    # Derived values: the formulas of DESIGN §4, in one place.
+    # Derived values: the formulas of docs/metrics.md, in one place.
     @property
     def ok(self) -> bool:
         return self.status == STATUS_OK

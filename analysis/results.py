@@ -1,4 +1,4 @@
-"""Reading a results directory: ``run.json``, ``requests.jsonl`` and ``metrics.hlog`` (DESIGN §6).
+"""Reading a results directory: ``run.json``, ``requests.jsonl`` and ``metrics.hlog`` (docs/results-format.md).
 
 ``load_results(run_dir)`` checks what a later step relies on and turns every problem a user can
 meet into a one-line ``ResultsError`` naming the file and the fix. What a crash leaves behind is

@@ -6,7 +6,7 @@ transparently when the server closed it between turns. ``stream()`` sends one
 ``PreparedRequest``, reads the reply line by line and returns a ``StreamResult``; it never
 raises for a server failure, which comes back as an ``error_category``.
 
-Timing (DESIGN §4, §5):
+Timing (docs/metrics.md, docs/targets.md):
 
 * ``t_send_ns``: ``perf_counter_ns()`` right before the request bytes are written.
 * ``chunk_ns[i]``: arrival of the i-th token-bearing chunk: the kernel's receive timestamp

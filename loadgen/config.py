@@ -1,6 +1,6 @@
 """The run configuration: everything a worker needs to replay its share of a run.
 
-``RunConfig`` travels from the master to every worker inside the plan (DESIGN §5), so a worker on
+``RunConfig`` travels from the master to every worker inside the plan (docs/distributed.md), so a worker on
 another machine needs no flags but the master's address. It never holds secrets: the API key is
 named by ``api_key_env`` and read from the worker's own environment.
 """

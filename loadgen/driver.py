@@ -1,7 +1,7 @@
 """The open-loop driver of one worker: sleep to each intended start, spawn the session, never wait.
 
 Every worker builds the same global schedule from the seed and keeps arrival k when
-``k % n_workers == slot`` (DESIGN §5), so the union over workers is exactly the single-process
+``k % n_workers == slot`` (docs/distributed.md), so the union over workers is exactly the single-process
 schedule and session k is the same session whatever the worker count. Arrivals are never delayed
 by the server: a slow server shows up as more sessions in flight, not as a lower rate.
 
@@ -115,7 +115,7 @@ class Schedule:
 
 
 def global_schedule(cfg: RunConfig, workload, *, count: bool = True) -> Schedule:
-    """Every arrival of the run, the same on the master and on every worker (DESIGN §5).
+    """Every arrival of the run, the same on the master and on every worker (docs/distributed.md).
 
     A streamed trace (``workloads.streamed``) gets a ``loadgen.plan_stream.StreamedSchedule``, read
     from the file as its arrivals come due; ``count`` (the master) counts its planned arrivals

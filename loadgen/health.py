@@ -1,4 +1,4 @@
-"""The generator's own health: is this worker too busy to time tokens? (DESIGN §9, saturation)
+"""The generator's own health: is this worker too busy to time tokens? (docs/performance.md, saturation)
 
 Two signals a worker measures about itself, besides the schedule lag every request records:
 

@@ -6,7 +6,7 @@ process in a local one. The aggregate side is ``MetricsAggregate``: it merges de
 ``decode_and_add`` (never averaging percentiles), keeps cumulative histograms for live views and
 SLO checks, and interval histograms for ``metrics.hlog``.
 
-Histogram values are µs, 1 µs .. 1 h, 3 significant digits (DESIGN §4). Values outside the range
+Histogram values are µs, 1 µs .. 1 h, 3 significant digits (docs/metrics.md). Values outside the range
 are clamped, because hdrh silently drops them. Which values a request contributes is
 ``analysis.records.metric_values``: one definition for the recorder and for any rebuild from
 ``requests.jsonl``.

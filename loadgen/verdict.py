@@ -1,4 +1,4 @@
-"""The run's verdict and exit code, decided after the final reports (DESIGN §5, docs/exit-codes.md).
+"""The run's verdict and exit code, decided after the final reports (docs/exit-codes.md).
 
 Exit codes mean one thing each, and the first that applies wins:
 

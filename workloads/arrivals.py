@@ -9,7 +9,7 @@ For a given seed the schedule is one infinite sequence cut at ``n`` or ``duratio
 arrivals are the same whichever bound was asked (gaps are drawn in fixed-size chunks from one
 ``numpy.random.Generator``, and the cumulative sum is sequential, so it is bit-identical).
 
-Distributed runs (DESIGN §5): every worker builds the same schedule from the seed and keeps
+Distributed runs (docs/distributed.md): every worker builds the same schedule from the seed and keeps
 arrival k when ``k % n_workers == slot`` (:func:`worker_share`), so the union over workers is exactly
 the single-process schedule and session k is the same session whatever the worker count.
 """

@@ -14,7 +14,7 @@ Some wire formats are not self-contained per line: SGLang's native ``/generate``
 holds only its options and can be shared by every greenlet. ``Adapter.parse_line`` is a
 convenience that parses one line as the first line of a fresh stream.
 
-Token counting (DESIGN §4): a chunk is *token-bearing* when it carries generated text (content
+Token counting (docs/metrics.md): a chunk is *token-bearing* when it carries generated text (content
 or reasoning). Role-only deltas, ``content: null``, empty strings, keep-alive comments and the
 usage chunk carry ``tokens=0`` and never count as the first token. When the API does not say how
 many tokens a chunk holds, a token-bearing chunk counts as one.

@@ -92,7 +92,7 @@ def _assert_every_session_once(run_id: str, recs: list[RequestRecord], sim_truth
 
 
 def _assert_partitioned_by_slot(info: dict, recs: list[RequestRecord], n_workers: int) -> None:
-    """Session k ran on the worker holding slot k % n (DESIGN §5)."""
+    """Session k ran on the worker holding slot k % n (docs/distributed.md)."""
     slot_of = {w["id"]: w["slot"] for w in info["workers"]}
     assert sorted(slot_of.values()) == list(range(n_workers))
     assert {r.worker for r in recs} == set(slot_of)

@@ -1,4 +1,4 @@
-"""Exit codes of a headless run, with the verdict as the last line on stderr (DESIGN §5).
+"""Exit codes of a headless run, with the verdict as the last line on stderr (docs/distributed.md).
 
 0 pass, 1 request failures, 2 usage error, 3 an SLO missed, 4 the generator saturated. Each case
 is made certain by construction rather than by timing: an SLO of 1 µs cannot be met, a
