@@ -72,7 +72,8 @@ def _wait_for(predicate, timeout_s: float, what: str):
     while time.monotonic() < end:
         try:
             value = predicate()
-        except requests.ConnectionError:
+        except (requests.ConnectionError, FileNotFoundError):
+            # A results directory exists a moment before its run.json is written.
             value = None
         if value:
             return value
