@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from targets.sim.prefix_cache import PrefixCache, block_hashes
@@ -18,9 +24,23 @@ def test_hash_chain_identifies_a_block_by_its_whole_prefix():
 
 
 def test_hashes_are_stable_across_processes():
-    # ints and tuples of ints are not salted by PYTHONHASHSEED
-    assert block_hashes([1, 2, 3, 4], 2) == block_hashes([1, 2, 3, 4], 2)
-    assert isinstance(block_hashes([1, 2], 2)[0], int)
+    # A block's id must not depend on the interpreter's hash salt: two processes started with
+    # different PYTHONHASHSEED values compute the same chain as this one.
+    tokens, size = list(range(40)), 8
+    here = block_hashes(tokens, size)
+    assert len(here) == 5 and all(isinstance(h, int) for h in here)
+    code = (
+        "import json, sys; from targets.sim.prefix_cache import block_hashes; "
+        f"print(json.dumps(block_hashes({tokens!r}, {size})))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == here, f"PYTHONHASHSEED={seed}"
 
 
 def test_reserve_commit_release_and_lru_order():
