@@ -97,10 +97,25 @@ def test_children_die_when_their_parent_is_killed(tmp_path):
         parent.wait()
 
 
-def test_free_port_is_loopback_and_bindable():
+def test_free_port_is_loopback_and_bindable(monkeypatch):
+    bound: list[tuple] = []
+
+    class Recording(socket.socket):
+        def bind(self, address):
+            bound.append(address)
+            super().bind(address)
+
+    monkeypatch.setattr(socket, "socket", Recording)
     port = free_port()
+    monkeypatch.undo()
+    assert bound == [("127.0.0.1", 0)]  # the OS picked it on loopback, not on every interface
+    assert isinstance(port, int) and 1024 <= port <= 65535
+    assert port_holder_pid(port) is None  # nothing holds it once free_port returns
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+        s.listen()
+        assert s.getsockname() == ("127.0.0.1", port)
+        assert port_holder_pid(port) == os.getpid()
 
 
 def test_a_held_port_is_refused_naming_the_holder():
