@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from analysis.units import DURATION_FORM, RATE_FORM, parse_duration_s, parse_rate_per_s
-from loadgen.errors import UserError
+from loadgen.errors import USAGE_EXIT_CODE, UserError
 from loadgen.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
     DEFAULT_WORKER_LOSS_TIMEOUT_S,
@@ -115,7 +115,23 @@ def _run_options(kwargs: dict[str, Any]) -> Any:
     return RunOptions(**kwargs)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class UsageFailure(click.ClickException):
+    """A ``UserError`` as click prints it: ``Error: <message>`` on one line, exit 2."""
+
+    exit_code = USAGE_EXIT_CODE
+
+
+class LoadgenGroup(click.Group):
+    """The command group that turns a ``UserError`` raised anywhere below it into one line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            raise UsageFailure(e.message) from e
+
+
+@click.group(cls=LoadgenGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="loadgen")
 def main() -> None:
     """loadgen: load generation for LLM inference fleets."""
