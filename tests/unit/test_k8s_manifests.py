@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from analysis.units import parse_duration_s
+from workloads.spec import parse_spec
 
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate", reason="pip install kubernetes-validate (part of the dev extra)"
@@ -319,7 +320,6 @@ def test_master_files_are_mounted_and_results_writable(directory):
 
 
 def test_example_workloads_are_valid_specs():
-    spec = pytest.importorskip("workloads.spec")
     (config_map,) = [o for o in render(K8S / "base") if o["kind"] == "ConfigMap"]
     droplet = yaml.safe_load((DROPLET / "master-cloud-init.yaml").read_text())
     (droplet_workload,) = [
@@ -329,7 +329,7 @@ def test_example_workloads_are_valid_specs():
         ("configmap.yaml", config_map["data"]["workload.yaml"]),
         ("droplet", droplet_workload),
     ]:
-        spec.parse_spec(yaml.safe_load(text), where=where)
+        parse_spec(yaml.safe_load(text), where=where)
 
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=OVERLAY_IDS)
