@@ -1,7 +1,8 @@
 """A results directory that cannot be written: refused before load, or the run stops cleanly mid-way.
 
 The file systems are real: small tmpfs mounts (read-only, or filled up while the run writes), so
-this needs root to mount; elsewhere it is skipped, saying why.
+this needs root to mount. Elsewhere it is skipped, saying why, unless ``CI`` is set: CI runs as
+root, so there a tmpfs that cannot be mounted is a failure, never a silent skip.
 """
 
 from __future__ import annotations
@@ -25,12 +26,19 @@ from .runs import LOADGEN, loadgen, sim, truth
 pytestmark = pytest.mark.slow
 
 
+def _on_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 @contextmanager
 def _tmpfs(path: Path, options: str) -> Iterator[Path]:
     path.mkdir(parents=True, exist_ok=True)
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); needs root")
+        why = f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); needs root allowed to mount (this is uid {os.geteuid()})"
+        if _on_ci():
+            pytest.fail(f"{why}, and CI is set: CI runs the tests as root, so this must not be skipped there")
+        pytest.skip(f"{why}; skipped off CI only (with CI set this fails)")
     try:
         yield path
     finally:
