@@ -1,7 +1,7 @@
 """Was the generator able to keep its schedule and its token timing, and if not, why?
 
 The summary's ``generator`` section is decided here from what the workers measured about
-themselves (``loadgen/health.py``, merged into run.json's ``generator``) and from the records
+themselves (``loadgen/engine/health.py``, merged into run.json's ``generator``) and from the records
 (docs/performance.md, "Saturation causes"). Pure functions of dicts and records: no processes.
 
 **Bounds.** Each lag signal's p99 is held against the bound of what it can distort:

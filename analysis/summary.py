@@ -402,7 +402,7 @@ def _generator(
     p99 = lag.get("p99")
     gen = dict(info.get("generator") or {})
     # Any of the generator's own signals over its bound: its schedule lag, and (when the workers
-    # measured them, loadgen/health.py) its event-loop lag and its receive-to-parse delay. A chunk
+    # measured them, loadgen/engine/health.py) its event-loop lag and its receive-to-parse delay. A chunk
     # read late keeps its kernel stamp, so the reading delays only cost accuracy once a stream's
     # next chunk arrives before the last was read: their bound follows the typical ITL.
     signals = [f"schedule-lag p99 {p99} ms"] if p99 is not None and p99 > b.schedule_ms else []

@@ -228,7 +228,7 @@ def measure(truth_log: Path, run_dir: Path, cpu: TreeCpu, streams: int, warmup_s
         "master_cpu_ms_per_100k_chunks": 1e8 * master_cpu / chunks if chunks else float("nan"),
         "itl_p50_ms": float(np.percentile(itl, 50)), "itl_p99_ms": float(np.percentile(itl, 99)),
         "ttft_p50_ms": float(np.percentile(ttft, 50)), "ttft_p99_ms": float(np.percentile(ttft, 99)),
-        # The worker's own saturation signals (loadgen/health.py), p99 in ms.
+        # The worker's own saturation signals (loadgen/engine/health.py), p99 in ms.
         "loop_lag_p99_ms": (health.get("loop_lag_ms") or {}).get("p99"),
         "recv_delay_p99_ms": (health.get("recv_delay_ms") or {}).get("p99"),
     }  # fmt: skip

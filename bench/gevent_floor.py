@@ -9,7 +9,7 @@ no HTTP parser, no records, no sessions. Two floors, measured one after the othe
 * ``read + json``: the same, plus ``orjson.loads`` of every ``data: {`` line: the least any
   client that looks inside each chunk pays;
 * ``one reader``, ``one reader + json``: the same two, but one greenlet reads every socket the
-  kernel says is readable (one epoll set, as ``loadgen/stream_reader.py`` does) instead of a
+  kernel says is readable (one epoll set, as ``loadgen/engine/stream_reader.py`` does) instead of a
   greenlet per stream waking for each chunk.
 
 Chunks per CPU-second of this process (``time.process_time`` over the window; the server is pinned

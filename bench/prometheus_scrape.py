@@ -32,8 +32,8 @@ import urllib.request  # noqa: E402
 from analysis.records import RequestRecord  # noqa: E402
 from loadgen import metrics_endpoint  # noqa: E402
 from loadgen.config import RunConfig  # noqa: E402
+from loadgen.engine.recorder import MetricsAggregate, Recorder  # noqa: E402
 from loadgen.exposition import render  # noqa: E402
-from loadgen.metrics import MetricsAggregate, Recorder  # noqa: E402
 from loadgen.prometheus import collect  # noqa: E402
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from analysis.records import CUT_AT_STOP, RequestRecord
 from loadgen.config import RunConfig
-from loadgen.driver import Schedule
+from loadgen.engine.driver import Schedule
 
 __all__ = ["Accounting", "Share"]
 
@@ -32,7 +32,7 @@ UNEXPLAINED = "not sent by any worker"
 @dataclass
 class Share:
     """Part of the schedule a worker was given: slot ``slot``'s arrivals narrowed by ``splits``
-    (``loadgen.driver.share_indices``), those due in ``[from_s, until_s)``."""
+    (``loadgen.engine.driver.share_indices``), those due in ``[from_s, until_s)``."""
 
     slot: int
     splits: list[list[int]] = field(default_factory=list)
@@ -51,7 +51,7 @@ class Accounting:
     outcomes: Counter = field(default_factory=Counter)
     sessions_started: int = 0
     sessions_not_started: dict[str, int] = field(default_factory=dict)
-    schedule: Schedule | None = None  # or a loadgen.plan_stream.StreamedSchedule
+    schedule: Schedule | None = None  # or a loadgen.engine.plan_stream.StreamedSchedule
     n_slots: int = 1
 
     @classmethod
@@ -66,7 +66,7 @@ class Accounting:
                 limit = held if limit is None else min(limit, held)
             return cls(None if cfg.duration_s is not None else limit, held, mode="closed-loop")
         # A streamed schedule of a whole file is counted during the run (planned None until then:
-        # loadgen.plan_stream.count_in_background).
+        # loadgen.engine.plan_stream.count_in_background).
         return cls(schedule.planned, schedule.available, list(schedule.cut_by), schedule=schedule)
 
     def count(self, records: Iterable[RequestRecord]) -> None:

@@ -10,6 +10,11 @@ from typing import Any
 import click
 
 from analysis.units import DURATION_FORM, RATE_FORM, parse_duration_s, parse_rate_per_s
+from loadgen.engine.worker_clock import (
+    ALLOW_CLOCK_OFFSET_HELP,
+    MAX_CLOCK_OFFSET_DEFAULT,
+    MAX_CLOCK_OFFSET_HELP,
+)
 from loadgen.errors import USAGE_EXIT_CODE, UserError
 from loadgen.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
@@ -17,7 +22,6 @@ from loadgen.loss_timeouts import (
     MASTER_LOSS_TIMEOUT_HELP,
     WORKER_LOSS_TIMEOUT_HELP,
 )
-from loadgen.worker_clock import ALLOW_CLOCK_OFFSET_HELP, MAX_CLOCK_OFFSET_DEFAULT, MAX_CLOCK_OFFSET_HELP
 
 
 class _Parsed(click.ParamType):

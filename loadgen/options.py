@@ -19,6 +19,11 @@ from typing import Any
 from analysis.units import parse_duration_s, parse_rate_per_s
 from loadgen.adapter_options import parse_adapter_options
 from loadgen.config import ARRIVAL_CHOICES, RunConfig
+from loadgen.engine.worker_clock import (
+    ALLOW_CLOCK_OFFSET_HELP,
+    MAX_CLOCK_OFFSET_DEFAULT,
+    MAX_CLOCK_OFFSET_HELP,
+)
 from loadgen.errors import UserError
 from loadgen.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
@@ -33,7 +38,6 @@ from loadgen.run_workload import (
     tokenizer_file_text,
     workload_file_text,
 )
-from loadgen.worker_clock import ALLOW_CLOCK_OFFSET_HELP, MAX_CLOCK_OFFSET_DEFAULT, MAX_CLOCK_OFFSET_HELP
 
 DEFAULT_DURATION_S = 60.0
 
@@ -94,7 +98,7 @@ def add_arguments(parser: Any) -> None:
     # Process-wide, not per run: heartbeat timeouts of the master and of each worker (loadgen/loss_timeouts.py).
     g.add_argument("--worker-loss-timeout", default=f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s", include_in_web_ui=False, help=WORKER_LOSS_TIMEOUT_HELP)
     g.add_argument("--master-loss-timeout", default=f"{DEFAULT_MASTER_LOSS_TIMEOUT_S:g}s", include_in_web_ui=False, help=MASTER_LOSS_TIMEOUT_HELP)
-    # Process-wide, not per run: how far a worker's clock may be off the master's (loadgen/worker_clock.py).
+    # Process-wide, not per run: how far a worker's clock may be off the master's (loadgen/engine/worker_clock.py).
     g.add_argument("--max-clock-offset", default=MAX_CLOCK_OFFSET_DEFAULT, include_in_web_ui=False, help=MAX_CLOCK_OFFSET_HELP)
     g.add_argument("--allow-clock-offset", action="store_true", default=False, include_in_web_ui=False, help=ALLOW_CLOCK_OFFSET_HELP)
     g.add_argument("--target-info", default="", include_in_web_ui=False, help=argparse.SUPPRESS)
@@ -147,7 +151,7 @@ def config_from_options(options: Any) -> RunConfig:
     workload_options = parse_options_flag(_opt(options, "workload_options", "") or "")
     workload_text = workload_file_text(workload)
     tokenizer = _opt(options, "tokenizer", "") or None
-    # A streamed trace is read only as far as --num-sessions asks (loadgen.plan_stream).
+    # A streamed trace is read only as far as --num-sessions asks (loadgen.engine.plan_stream).
     wl = load_workload_named(workload, workload_format, workload_options, tokenizer, stream=True)
     available = wl.sessions_available(at_most=num_sessions or 1)
     check_session_count(num_sessions, available, "the workload")

@@ -225,7 +225,7 @@ def run_quality_command(
     insecure: bool = False,
 ) -> int:
     """``loadgen quality``: preflight, evaluate, print; 2 when below ``--min-score``."""
-    from loadgen.preflight import preflight
+    from loadgen.engine.preflight import preflight
     from targets.errors import TargetError
 
     check_min_score(min_score, "--min-score")

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from loadgen import server_metrics
+from loadgen.engine.worker_clock import MAX_CLOCK_OFFSET_DEFAULT, parse_max_clock_offset
 from loadgen.errors import UserError
 from loadgen.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
@@ -30,7 +31,6 @@ from loadgen.loss_timeouts import (
 from loadgen.options import new_run_id
 from loadgen.stop_request import STOP_SIGNAL
 from loadgen.verdict import EXIT_CODES, EXIT_INCOMPLETE
-from loadgen.worker_clock import MAX_CLOCK_OFFSET_DEFAULT, parse_max_clock_offset
 
 LOCUSTFILE = str(Path(__file__).with_name("locustfile.py"))
 
@@ -101,7 +101,7 @@ class RunOptions:
     join_secret_file: str | None = None
     allow_unauthenticated_workers: bool = False
     worker_loss_timeout: str = f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s"  # a worker silent this long is lost
-    # a worker whose clock is off by more than this is refused before load (loadgen/worker_clock.py)
+    # a worker whose clock is off by more than this is refused before load (loadgen/engine/worker_clock.py)
     max_clock_offset: str = MAX_CLOCK_OFFSET_DEFAULT
     allow_clock_offset: bool = False
     # the master's Prometheus endpoint (loadgen/metrics_endpoint.py); 0 = off
@@ -393,7 +393,7 @@ def preflight(opts: RunOptions, url: str, replica_urls: list[str] | None = None)
     model of its own (sglang-router's ``/v1/models`` says ``unknown``), so every replica is read
     and checked, and the first one's identity is recorded with the router's URL.
     """
-    from loadgen.preflight import preflight as target_preflight
+    from loadgen.engine.preflight import preflight as target_preflight
     from targets.errors import TargetError
     from targets.identity import check_expected, read_identity
     from targets.registry import get_adapter

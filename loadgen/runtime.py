@@ -34,7 +34,22 @@ from analysis.records import RUN_ABORTED, RUN_COMPLETE, RequestRecord
 from analysis.slo import parse_slos
 from loadgen.accounting import Accounting, Share
 from loadgen.config import Plan, RunConfig
-from loadgen.driver import Driver, global_schedule
+from loadgen.engine.driver import Driver, global_schedule
+from loadgen.engine.health import SHIP_INTERVAL_S, GeneratorHealth
+from loadgen.engine.health import summarize as summarize_health
+from loadgen.engine.plan_stream import count_in_background
+from loadgen.engine.recorder import Delta, MetricsAggregate, Recorder
+from loadgen.engine.worker_clock import (
+    CLOCK_GOOD_ERROR_S,
+    CLOCK_PINGS,
+    CLOCK_RECHECK_PINGS,
+    CLOCK_RECHECK_S,
+    CLOCK_REFINE_WAIT_S,
+    DEFAULT_MAX_CLOCK_OFFSET_S,
+    clock_offset_refusal,
+    parse_max_clock_offset,
+    worker_wall_time,
+)
 from loadgen.errors import UserError
 from loadgen.file_ship import (
     MSG_FILE_CHUNK,
@@ -45,8 +60,6 @@ from loadgen.file_ship import (
     read_chunk,
     shipped_size,
 )
-from loadgen.health import SHIP_INTERVAL_S, GeneratorHealth
-from loadgen.health import summarize as summarize_health
 from loadgen.join_auth import (
     ALLOW_ENV,
     SECRET_ENV,
@@ -67,26 +80,13 @@ from loadgen.loss_timeouts import (
     timeouts_warning,
 )
 from loadgen.master_quit import install_prompt_quit
-from loadgen.metrics import Delta, MetricsAggregate, Recorder
 from loadgen.options import check_session_count, config_from_options
 from loadgen.peer_address import PeerAddresses
-from loadgen.plan_stream import count_in_background
 from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
 from loadgen.stop_request import STOP_SIGNAL, take_sigterm
 from loadgen.verdict import EXIT_INCOMPLETE, EXIT_USAGE, Verdict, decide_verdict
-from loadgen.worker_clock import (
-    CLOCK_GOOD_ERROR_S,
-    CLOCK_PINGS,
-    CLOCK_RECHECK_PINGS,
-    CLOCK_RECHECK_S,
-    CLOCK_REFINE_WAIT_S,
-    DEFAULT_MAX_CLOCK_OFFSET_S,
-    clock_offset_refusal,
-    parse_max_clock_offset,
-    worker_wall_time,
-)
 from loadgen.worker_env import load_plan_workload
 from targets.quiet_gc import quiet_gc
 
@@ -1182,7 +1182,7 @@ class LoadgenRuntime:
 
     def _replan(self, wid: str) -> None:
         """Hand the lost worker's arrivals not yet due to the workers still running, split evenly:
-        session k stays session k (``loadgen.driver.share_indices``). Closed loops are not
+        session k stays session k (``loadgen.engine.driver.share_indices``). Closed loops are not
         re-planned: an agent's sessions follow each other, and the agent is gone."""
         cfg = self.config
         if cfg is None or cfg.concurrency or self._stopping_requested or self.writer is None:

@@ -8,7 +8,7 @@ Exit codes mean one thing each, and the first that applies wins:
   whose records never arrived), requests cut at the stop (still on the wire when the drain's
   deadline passed), nothing measured, or every reply empty. None of these runs' figures describe
   the run that was asked for, so no other verdict is given for them.
-* 4 the generator could not keep its schedule or its token timing (loadgen/health.py): every
+* 4 the generator could not keep its schedule or its token timing (loadgen/engine/health.py): every
   other figure is then untrustworthy.
 * 3 a percentile SLO was missed.
 * 1 request failures.

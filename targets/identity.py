@@ -2,7 +2,7 @@
 
 A server left running from an earlier run answers health checks and gets benchmarked silently
 (docs/targets.md). Before any load, ``loadgen run`` sends its preflight request
-(``loadgen.preflight``), then:
+(``loadgen.engine.preflight``), then:
 
 1. ``read_identity(base_url, adapter_name)``: reads what the server says about itself, from
    whichever of these it offers (each probe has its own deadline; absent ones are skipped):

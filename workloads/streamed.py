@@ -49,7 +49,7 @@ class StreamedTraceWorkload(RecordSessions, Workload):
 
     ``rows()`` is the one way in: every pass re-reads the file. ``session(seed, index)`` reads up to
     row ``index`` (fine for a few, slow for many); replays go through ``rows()``
-    (``loadgen.plan_stream``) and build each session with ``record_session``.
+    (``loadgen.engine.plan_stream``) and build each session with ``record_session``.
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 
 An adapter turns a ``ChatRequest`` (a conversation, a token budget, a session and request id)
 into a ``PreparedRequest`` (method, path, headers, body bytes), and turns each line of the
-server's reply into a ``StreamEvent``. The streaming client (``loadgen.client``) owns the
+server's reply into a ``StreamEvent``. The streaming client (``loadgen.engine.client``) owns the
 connection, the clock and the deadline; adapters are pure and unit-tested on recorded lines.
 
 Per-stream state

@@ -12,7 +12,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.client import SessionConnection
+from loadgen.engine.client import SessionConnection
 from targets.adapters.anthropic import AnthropicMessagesAdapter
 from targets.adapters.base import ChatRequest
 from targets.adapters.openai import OpenAIChatAdapter

@@ -21,7 +21,7 @@ from gevent.server import StreamServer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from loadgen.client import SessionConnection
+from loadgen.engine.client import SessionConnection
 from targets.adapters.base import ChatRequest
 from targets.adapters.openai import OpenAIChatAdapter
 

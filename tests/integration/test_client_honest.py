@@ -21,8 +21,8 @@ _ids = iter(range(1_000_000))
 
 def send(base: str, behaviour: str, *, max_tokens: int = 4, stream: bool = True, **options):
     """One chat request to ``behaviour``: (its StreamResult, its RequestRecord)."""
-    from loadgen.client import SessionConnection
-    from loadgen.session import _record
+    from loadgen.engine.client import SessionConnection
+    from loadgen.engine.session import _record
     from targets.adapters.base import ChatRequest
     from targets.adapters.openai import OpenAIChatAdapter
 

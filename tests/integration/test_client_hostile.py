@@ -42,7 +42,7 @@ _ids = iter(range(1_000_000))
 
 def send(base: str, behaviour: str, *, deadline_s: float = 5.0, conn=None, **options):
     """One chat request to ``behaviour``; returns (result, seconds it took)."""
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
     from targets.adapters.base import ChatRequest
     from targets.adapters.openai import OpenAIChatAdapter
 
@@ -129,7 +129,7 @@ def test_429_retry_after_past_the_deadline_fails_at_once(hostile):
 
 
 def test_503_while_starting_up_then_served(hostile):
-    from loadgen.preflight import preflight
+    from loadgen.engine.preflight import preflight
     from targets.adapters.openai import OpenAIChatAdapter
     from targets.errors import TargetError
 
@@ -162,7 +162,7 @@ def test_resets_at_random_byte_offsets_end_by_category(hostile):
 
 
 def test_redirect_is_not_followed(hostile):
-    from loadgen.preflight import preflight
+    from loadgen.engine.preflight import preflight
     from targets.adapters.openai import OpenAIChatAdapter
     from targets.errors import TargetError
 
@@ -184,7 +184,7 @@ def test_unknown_content_encoding_is_bad_chunk(hostile):
 
 
 def test_chunked_trailers_are_read_and_the_connection_kept(hostile):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{hostile}/trailers") as conn:
         first, _ = send(hostile, "trailers", conn=conn)
@@ -193,7 +193,7 @@ def test_chunked_trailers_are_read_and_the_connection_kept(hostile):
 
 
 def test_http10_close_delimited_body_is_complete_and_not_reused(hostile):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{hostile}/http10") as conn:
         first, _ = send(hostile, "http10", conn=conn)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from loadgen.preflight import preflight
+from loadgen.engine.preflight import preflight
 from targets.errors import TargetError
 from targets.identity import check_expected, read_identity
 from targets.registry import get_adapter

@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
-from loadgen.client import SessionConnection
-from loadgen.preflight import preflight
+from loadgen.engine.client import SessionConnection
+from loadgen.engine.preflight import preflight
 from targets.adapters.base import ChatRequest
 from targets.identity import check_expected, read_identity
 from targets.registry import get_adapter

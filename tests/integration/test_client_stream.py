@@ -415,7 +415,7 @@ def chat(max_tokens: int = 5, *, stream: bool = True, session: str = "sess-1", *
 
 
 def run(base: str, scenario: str, req, *, deadline_s: float = 10.0, conn=None, adapter=None):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
     from targets.adapters.openai import OpenAIChatAdapter
 
     adapter = adapter or OpenAIChatAdapter()
@@ -488,7 +488,7 @@ def test_content_length_body(servers):
 
 
 def test_close_delimited_body_is_complete_and_not_reused(servers):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{servers.raw}/raw-close") as conn:
         for _ in range(2):
@@ -503,7 +503,7 @@ def test_close_delimited_body_is_complete_and_not_reused(servers):
 
 
 def test_one_keep_alive_connection_per_session(servers):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{servers.http}/ok") as conn:
         reqs = [chat(3, tokens=3, delay_ms=5) for _ in range(4)]
@@ -515,7 +515,7 @@ def test_one_keep_alive_connection_per_session(servers):
 
 
 def test_keep_alive_over_raw_chunked(servers):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{servers.raw}/raw-chunked") as conn:
         reqs = [chat(3, tokens=3, delay_ms=1) for _ in range(3)]
@@ -525,7 +525,7 @@ def test_keep_alive_over_raw_chunked(servers):
 
 
 def test_reconnects_when_server_closed_between_turns(servers):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{servers.raw}/raw-idle-close") as conn:
         first = run(servers.raw, "raw-idle-close", chat(3, tokens=3, delay_ms=1), conn=conn)
@@ -537,7 +537,7 @@ def test_reconnects_when_server_closed_between_turns(servers):
 
 
 def test_request_retried_once_when_a_kept_connection_dies_on_send(servers):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{servers.raw}/raw-drop-reuse") as conn:
         first = run(servers.raw, "raw-drop-reuse", chat(2, tokens=2, delay_ms=1), conn=conn)
@@ -547,7 +547,7 @@ def test_request_retried_once_when_a_kept_connection_dies_on_send(servers):
 
 
 def test_connection_close_header_is_honoured(servers):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{servers.http}/close") as conn:
         results = [run(servers.http, "close", chat(2, tokens=2, delay_ms=1), conn=conn) for _ in range(2)]
@@ -559,7 +559,7 @@ def test_connection_close_header_is_honoured(servers):
 
 
 def test_deadline_is_per_request_not_per_read(servers):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{servers.http}/ok") as conn:
         t0 = time.monotonic()
@@ -581,7 +581,7 @@ def test_stall_times_out(servers):
 
 
 def test_http_500_keeps_the_connection(servers):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     with SessionConnection(f"{servers.http}/status") as conn:
         body = '{"error": {"message": "boom", "code": 500}}\nsecond line'
@@ -639,7 +639,7 @@ def test_unreachable_and_reset(servers):
 
 def test_error_categories_are_the_results_format_ones(servers):
     from analysis.records import CUT_AT_STOP, ERROR_CATEGORIES
-    from loadgen import client
+    from loadgen.engine import client
 
     names = {client.HTTP_3XX, client.HTTP_4XX, client.HTTP_429, client.HTTP_5XX, client.TIMEOUT}
     names |= {client.CONNECTION, client.STREAM_CUT, client.BAD_CHUNK, client.EMPTY_REPLY, client.CLIENT_NETWORK}
@@ -662,7 +662,7 @@ def test_non_streaming_request(servers):
 
 
 def test_request_carries_ids_and_auth(servers):
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
     from targets.adapters.openai import OpenAIChatAdapter
 
     req = chat(2, tokens=2, delay_ms=1, session="agent-42")

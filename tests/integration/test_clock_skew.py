@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from loadgen.worker_clock import CLOCK_GOOD_ERROR_S, CLOCK_PINGS
+from loadgen.engine.worker_clock import CLOCK_GOOD_ERROR_S, CLOCK_PINGS
 from tests.conftest import free_port
 
 from .runs import LOADGEN, records, sim, truth

@@ -372,7 +372,7 @@ def test_a_lost_workers_arrivals_are_re_planned_onto_the_survivors(tmp_path, cap
     assert all(sorted(r.turn_index for r in by_session[k]) == list(range(turns[k])) for k in adopted)
     # The same sessions as a run without the loss: the first turn of session k at its own time.
     from loadgen.config import RunConfig
-    from loadgen.driver import global_schedule
+    from loadgen.engine.driver import global_schedule
 
     cfg = RunConfig.from_dict(info["config"])
     offsets = global_schedule(cfg, load_workload("tiny")).offsets

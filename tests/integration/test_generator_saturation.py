@@ -1,4 +1,4 @@
-"""The generator flags itself saturated from its own signals (loadgen/health.py), and only then.
+"""The generator flags itself saturated from its own signals (loadgen/engine/health.py), and only then.
 
 Two runs of the same short workload against one sim, side by side: one with a greenlet that holds
 the worker's event loop busy for 350 ms of every second (the ``LOADGEN_TEST_BURN`` hook), one
@@ -16,7 +16,7 @@ import subprocess
 import orjson
 import pytest
 
-from loadgen.health import BURN_ENV
+from loadgen.engine.health import BURN_ENV
 
 from .runs import LOADGEN, run_dir, sim
 

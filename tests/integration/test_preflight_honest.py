@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from loadgen.engine.preflight import preflight
 from loadgen.errors import UserError
-from loadgen.preflight import preflight
 from targets.adapters.openai import OpenAIChatAdapter
 from targets.errors import TargetError
 

@@ -40,7 +40,7 @@ TURNS = [
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_server_history_sends_only_new_items_and_the_sim_counts_the_whole_history(tmp_path, stream) -> None:
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     adapter = OpenAIResponsesAdapter(ignore_eos=True, server_history=True)
     whole = OpenAIResponsesAdapter(ignore_eos=True, store=True)  # the same requests, history resent

@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadgen.driver import MIN_SESSION_LEAD_NS, measure_connect_s, session_lead_ns
+from loadgen.engine.driver import MIN_SESSION_LEAD_NS, measure_connect_s, session_lead_ns
 
 from .runs import loadgen, records, run_dir, sim
 

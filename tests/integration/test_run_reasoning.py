@@ -97,7 +97,7 @@ def test_ttfot_and_reasoning_tokens_match_the_sims_truth(tmp_path, capsys) -> No
 
 @pytest.mark.parametrize("in_history", [False, True])
 def test_reasoning_goes_back_only_when_the_adapter_option_asks(tmp_path, in_history) -> None:
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
     from targets.adapters.base import ChatRequest
     from targets.registry import get_adapter
 

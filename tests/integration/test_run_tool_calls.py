@@ -15,7 +15,7 @@ from collections import defaultdict
 import orjson
 import pytest
 
-from loadgen.client import SessionConnection
+from loadgen.engine.client import SessionConnection
 from targets.adapters.base import ChatRequest
 from targets.registry import get_adapter
 

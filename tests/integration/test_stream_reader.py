@@ -1,5 +1,5 @@
 """The worker's single stream reader: many sockets, one greenlet, each stream's end or failure
-reaching its own greenlet only (loadgen/stream_reader.py). Real loopback sockets, gevent."""
+reaching its own greenlet only (loadgen/engine/stream_reader.py). Real loopback sockets, gevent."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gevent
 import pytest
 from gevent import socket as gsocket
 
-from loadgen import stream_reader as sr
+from loadgen.engine import stream_reader as sr
 
 pytestmark = pytest.mark.skipif(not sr.AVAILABLE, reason="no epoll on this system")
 

@@ -11,7 +11,7 @@ import subprocess
 import gevent.ssl
 import pytest
 
-from loadgen.preflight import preflight
+from loadgen.engine.preflight import preflight
 from targets.adapters.openai import OpenAIChatAdapter
 from targets.errors import TargetError
 from targets.identity import read_identity
@@ -116,7 +116,7 @@ def test_a_kept_tls_connection_carries_the_next_requests(tls_server):
     handshake, charged to the request's schedule lag)."""
     import time
 
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     base, cert = tls_server
     conn = SessionConnection(f"{base}/ok", ssl_context=tls_context(cert, ssl_module=gevent.ssl))

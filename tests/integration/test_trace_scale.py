@@ -2,7 +2,7 @@
 small file (real sim, real Locust master and two workers).
 
 Read whole, this trace took ~14 s and ~1 GB in each process (the front, the master and every
-worker) before the first request. Streamed (``loadgen.plan_stream``), each process reads the rows
+worker) before the first request. Streamed (``loadgen.engine.plan_stream``), each process reads the rows
 it needs as they come due.
 """
 

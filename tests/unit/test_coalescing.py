@@ -1,7 +1,7 @@
 """Coalesced token chunks: two token chunks of one stream out of one ``recv`` share one kernel stamp,
 and the gap between them is lost. Counted by the worker as the chunks are parsed, merged over
 workers, read back from the records' zero ITL gaps for a run that lacks the count, shown live and
-noted in the summary above its bound (loadgen/client.py, loadgen/health.py,
+noted in the summary above its bound (loadgen/engine/client.py, loadgen/engine/health.py,
 analysis/generator_health.py)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import io
 
 from analysis.generator_health import COALESCED_BOUND, coalescing, coalescing_from_histograms, generator_notes
 from analysis.records import RequestRecord, histogram_tag
-from loadgen.client import SessionConnection, StreamResult, _StreamState
-from loadgen.health import ChunkCounts, GeneratorHealth, RecvDelays, coalescing_counts, summarize
-from loadgen.metrics import histogram_of
+from loadgen.engine.client import SessionConnection, StreamResult, _StreamState
+from loadgen.engine.health import ChunkCounts, GeneratorHealth, RecvDelays, coalescing_counts, summarize
+from loadgen.engine.recorder import histogram_of
 from loadgen.progress import ProgressLine
 from targets.adapters.openai import OpenAIChatAdapter
 

@@ -1,10 +1,10 @@
-"""What each step of a DAG session sends (loadgen.conversation), and that the sim takes it."""
+"""What each step of a DAG session sends (loadgen.engine.conversation), and that the sim takes it."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadgen.conversation import Conversation, tool_definitions
+from loadgen.engine.conversation import Conversation, tool_definitions
 from targets.sim.api import BadRequest, parse_request
 from targets.sim.wire import CHAT
 from workloads.dag import plan_session

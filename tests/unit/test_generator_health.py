@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from analysis.summary import _generator
-from loadgen.health import GeneratorHealth, summarize
-from loadgen.metrics import histogram_of
+from loadgen.engine.health import GeneratorHealth, summarize
+from loadgen.engine.recorder import histogram_of
 
 
 def _state(loop_lag_us: list[int], recv_delay_ns: list[int]) -> dict:

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from loadgen.kernel_clock import TOLERANCE_NS, stamp_offset_ns
+from loadgen.engine.kernel_clock import TOLERANCE_NS, stamp_offset_ns
 
-PROBE = "from loadgen.kernel_clock import stamp_offset_ns, kernel_stamps_agree; print(stamp_offset_ns(), kernel_stamps_agree())"
+PROBE = "from loadgen.engine.kernel_clock import stamp_offset_ns, kernel_stamps_agree; print(stamp_offset_ns(), kernel_stamps_agree())"
 
 
 def test_on_a_real_host_the_stamp_lies_within_the_wall_clock_reads_around_it() -> None:

@@ -6,7 +6,7 @@ import random
 
 from analysis.hlog import clamp_us, new_histogram
 from analysis.records import RequestRecord, histogram_tag, metric_values
-from loadgen.metrics import Delta, MetricsAggregate, Recorder
+from loadgen.engine.recorder import Delta, MetricsAggregate, Recorder
 
 
 def _record(i: int, rng: random.Random, ok: bool = True) -> RequestRecord:
@@ -114,7 +114,7 @@ def test_live_slo_attainment_counts_errors_as_misses() -> None:
 
 def test_bulk_recording_gives_the_same_histogram_as_recording_each_value() -> None:
     from analysis.hlog import clamp_us, new_histogram
-    from loadgen.metrics import histogram_of
+    from loadgen.engine.recorder import histogram_of
 
     rng = random.Random(11)
     values = [
@@ -183,7 +183,7 @@ def test_folding_in_slices_gives_the_same_histograms_as_one_fold() -> None:
 
 
 def test_each_delta_encodes_only_its_own_values_though_the_histograms_are_reused() -> None:
-    from loadgen.metrics import histogram_of
+    from loadgen.engine.recorder import histogram_of
 
     r, rng = Recorder(), random.Random(7)
     for batch in range(3):  # a tag seen in every delta reuses one histogram, cleared in between

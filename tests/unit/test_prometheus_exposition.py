@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from analysis.hlog import clamp_us, new_histogram
 from analysis.records import ERROR_CATEGORIES, RequestRecord, metric_values
 from loadgen.config import RunConfig
+from loadgen.engine.recorder import MetricsAggregate, Recorder, metric_sums
 from loadgen.exposition import (
     NOMINAL_BOUNDS_US,
     BucketLayout,
@@ -24,7 +25,6 @@ from loadgen.exposition import (
     hdr_buckets,
     render,
 )
-from loadgen.metrics import MetricsAggregate, Recorder, metric_sums
 from loadgen.prometheus import EXPORTED_NAMES, HISTOGRAMS, bucket_layout, collect
 
 

@@ -12,8 +12,8 @@ import pytest
 from analysis.records import METRICS, RequestRecord, metric_values
 from analysis.results import histograms_from_records
 from analysis.slo import parse_slos
-from loadgen import client
-from loadgen.metrics import metric_sums
+from loadgen.engine import client
+from loadgen.engine.recorder import metric_sums
 from targets.adapters.base import Usage
 from targets.adapters.openai import OpenAIChatAdapter
 from targets.sim.wire import CHAT, WORD_BYTES, StreamTemplate, full_response

@@ -10,9 +10,9 @@ import socket
 import pytest
 
 from analysis.records import RequestRecord, metric_values
-from loadgen import client
-from loadgen.client import SessionConnection, StreamResult
-from loadgen.session import InFlight, SessionContext, _record
+from loadgen.engine import client
+from loadgen.engine.client import SessionConnection, StreamResult
+from loadgen.engine.session import InFlight, SessionContext, _record
 from targets.adapters.base import BadChunk, ChatRequest, Usage
 from targets.adapters.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
 from workloads.model import Session

@@ -1,5 +1,5 @@
 """A saturated generator names the cause it measured, and the default bounds follow from what the lag
-would distort (analysis/generator_health.py, loadgen/health.py, loadgen/verdict.py).
+would distort (analysis/generator_health.py, loadgen/engine/health.py, loadgen/verdict.py).
 
 Pure functions over measured figures: no processes, no timing.
 """
@@ -10,8 +10,16 @@ import pytest
 
 from analysis import generator_health as gh
 from analysis.summary import _generator
-from loadgen import health
-from loadgen.health import Counters, cpu_figures, merge_cpu, parse_psi, parse_stat, read_counters, worker_cpu
+from loadgen.engine import health
+from loadgen.engine.health import (
+    Counters,
+    cpu_figures,
+    merge_cpu,
+    parse_psi,
+    parse_stat,
+    read_counters,
+    worker_cpu,
+)
 from loadgen.verdict import EXIT_GENERATOR_SATURATED, verdict_from_summary
 
 PSI = "some avg10=45.20 avg60=30.00 avg300=5.00 total=3550744\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"

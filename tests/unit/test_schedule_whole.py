@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from loadgen.accounting import Accounting
-from loadgen.driver import global_schedule, share_indices
+from loadgen.engine.driver import global_schedule, share_indices
 from loadgen.errors import UserError
 from loadgen.options import add_arguments, config_from_options
 from loadgen.run_workload import config_workload

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from analysis.prompt_check import format_prompt_check, prompt_tokens_check
 from analysis.records import RequestRecord
-from loadgen.conversation import Conversation
+from loadgen.engine.conversation import Conversation
 from targets.adapters.base import ChatRequest
 from targets.adapters.responses import OpenAIResponsesAdapter
 from workloads.dag import plan_session

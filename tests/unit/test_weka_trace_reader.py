@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.cli import main
-from loadgen.conversation import Conversation
+from loadgen.engine.conversation import Conversation
 from workloads import load_workload, write_sessions_jsonl
 from workloads.dag import plan_session
 from workloads.errors import WorkloadError

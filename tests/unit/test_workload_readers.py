@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from loadgen.config import Plan, RunConfig
-from loadgen.driver import build_schedule
+from loadgen.engine.driver import build_schedule
 from workloads import load_workload
 from workloads.errors import WorkloadError
 from workloads.readers import available_readers, detect_format, read_workload_file

@@ -1,7 +1,7 @@
 """The preflight: one tiny streaming request, sent the way the run will send its requests.
 
 Before any load, ``loadgen run`` calls ``preflight(base_url, adapter)``. The request goes through
-the load path's own client (``loadgen.client.SessionConnection``), so the two read a reply alike
+the load path's own client (``loadgen.engine.client.SessionConnection``), so the two read a reply alike
 and can never disagree on what a target streams; every way it can fail (nothing listening, wrong
 path, wrong adapter, no streaming, bad key, a server that trickles its headers or its body) is a
 one-line ``TargetError`` that names the URL, what came back and the likely fix. Who is answering
@@ -16,7 +16,7 @@ import urllib.parse
 import uuid
 from typing import Any
 
-from loadgen.client import BadBody, SessionConnection
+from loadgen.engine.client import BadBody, SessionConnection
 from targets.adapters.base import Adapter, BadChunk, ChatRequest
 from targets.errors import TargetError
 from targets.identity import certificate_message
@@ -39,7 +39,7 @@ def preflight(
 ) -> dict[str, Any]:
     """Send one tiny streaming request as the run will; ``TargetError`` unless it streams tokens.
 
-    The request goes through the load path's own client (``loadgen.client.SessionConnection``,
+    The request goes through the load path's own client (``loadgen.engine.client.SessionConnection``,
     with ``adapter``), so the preflight reads the reply exactly as the run will (line ends,
     compression, chunking, multi-line events) and refuses only what the run would fail. One
     deadline bounds all of it, connect to last byte: ``timeout_s``, capped by the run's

@@ -59,7 +59,7 @@ close-delimited HTTP/1.0 bodies, and gzip/deflate bodies (``Accept-Encoding: ide
 asked, but a server may compress anyway) are read correctly; anything else ends as a category.
 
 Reading: on plain connections with kernel stamps (and no idle timeout) a streaming body is read
-by the worker's one ``StreamReader`` (``loadgen.stream_reader``) while the session's greenlet
+by the worker's one ``StreamReader`` (``loadgen.engine.stream_reader``) while the session's greenlet
 waits, so a chunk costs no greenlet wake-up; the stamps and the parse are the same either way.
 
 A ``SessionConnection`` is used by one greenlet at a time (one session's turns are sequential).
@@ -87,13 +87,13 @@ import gevent
 from gevent import socket as gsocket
 from geventhttpclient.response import HTTPParseError, HTTPResponse
 
-from loadgen import stream_reader
-from loadgen.kernel_clock import kernel_stamps_agree
-from loadgen.stream_reader import StreamReader
+from loadgen.engine import stream_reader
+from loadgen.engine.kernel_clock import kernel_stamps_agree
+from loadgen.engine.stream_reader import StreamReader
 from targets.adapters.base import Adapter, BadChunk, PreparedRequest, StreamEvent, Usage
 
 if TYPE_CHECKING:
-    from loadgen.health import ChunkCounts
+    from loadgen.engine.health import ChunkCounts
 
 __all__ = [
     "BAD_CHUNK",
@@ -325,7 +325,7 @@ class _StreamState:
         self, parse: Callable[[bytes], StreamEvent | None], res: StreamResult, counts: ChunkCounts | None = None
     ) -> None:
         self.parse = parse
-        self.counts = counts  # loadgen.health.ChunkCounts: token chunks, and those sharing a recv
+        self.counts = counts  # loadgen.engine.health.ChunkCounts: token chunks, and those sharing a recv
         self.chunk_ns = res.chunk_ns
         self.chunk_tokens = res.chunk_tokens
         self.parts: list[str] = []
@@ -678,7 +678,7 @@ class SessionConnection:
     docstring (None or 0: off). ``ssl_context`` verifies ``https://`` targets (default: the
     system's trust store; see ``targets.tls``). ``recv_delays``: a list to which every ``recv``
     of a stream appends its receive delay (ns from the data's arrival stamp to its parsing; the
-    generator's health, ``loadgen.health``). ``connections_opened`` counts TCP connects.
+    generator's health, ``loadgen.engine.health``). ``connections_opened`` counts TCP connects.
     """
 
     def __init__(
@@ -791,7 +791,7 @@ class SessionConnection:
         ``adapter.new_stream()``; others as one body with ``adapter.parse_response``. Server
         failures are returned as ``error_category``; only programming errors raise.
         """
-        # Kept where a stop that kills this request mid-way finds what arrived (loadgen.session).
+        # Kept where a stop that kills this request mid-way finds what arrived (loadgen.engine.session).
         res = self.current = StreamResult()
         timer = gevent.Timeout(deadline_s)
         timer.start()
@@ -974,7 +974,7 @@ class SessionConnection:
         res.t_end_ns = _perf_ns() if self._drain(resp) else t_done
 
     def _follow(self, resp: _Response, st: _StreamState, reader: StreamReader) -> None:
-        """The body's lines through the worker's ``StreamReader`` (``loadgen.stream_reader``):
+        """The body's lines through the worker's ``StreamReader`` (``loadgen.engine.stream_reader``):
         what came with the head first, then every read in the reader's greenlet."""
         delays = self._recv_delays
         while (lines := resp.take_lines()) is not None:

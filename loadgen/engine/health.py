@@ -6,7 +6,7 @@ Two signals a worker measures about itself, besides the schedule lag every reque
   it woke. Every greenlet of the worker (streams, arrivals, reports) waits in the same loop, so
   this is how late any of them gets to run. A free loop wakes within ~0.1 ms.
 * **receive delay**: per ``recv``, the time from the kernel's receive timestamp of the data to the
-  moment the client started parsing it (``loadgen.client``). Token times are the kernel's stamps,
+  moment the client started parsing it (``loadgen.engine.client``). Token times are the kernel's stamps,
   so they stay exact while the worker falls behind, up to a point: once a stream's next chunk
   arrives before the previous one was read, both come out of one ``recv`` with one stamp, and the
   gap between them is lost. A receive delay near a stream's inter-token gap is that point; the
@@ -84,7 +84,7 @@ _cpu_ns = time.process_time_ns
 
 class ChunkCounts:
     """Token-bearing chunks a worker's streams received, and how many of them came out of the same
-    ``recv`` as the stream's previous token chunk (``loadgen.client._StreamState.take``)."""
+    ``recv`` as the stream's previous token chunk (``loadgen.engine.client._StreamState.take``)."""
 
     __slots__ = ("coalesced", "token_chunks")
 

@@ -26,8 +26,8 @@ from gevent.pool import Pool
 
 from analysis.records import RequestRecord
 from loadgen.config import Plan, RunConfig
+from loadgen.engine.session import InFlight, SessionContext, run_session, sleep_until_ns
 from loadgen.errors import UserError
-from loadgen.session import InFlight, SessionContext, run_session, sleep_until_ns
 from targets.registry import get_adapter
 from workloads import arrivals
 from workloads.errors import WorkloadError
@@ -66,8 +66,8 @@ def connection_options(cfg: RunConfig) -> dict[str, Any]:
 
 def anchor_ns(t0_unix_s: float) -> int:
     """The perf_counter_ns instant that corresponds to the run start ``t0_unix_s`` on this worker's
-    wall clock (``loadgen.worker_clock``: the master's t0 plus this worker's measured offset)."""
-    from loadgen.worker_clock import worker_wall_time
+    wall clock (``loadgen.engine.worker_clock``: the master's t0 plus this worker's measured offset)."""
+    from loadgen.engine.worker_clock import worker_wall_time
 
     return time.perf_counter_ns() + int((t0_unix_s - worker_wall_time()) * 1e9)
 
@@ -84,7 +84,7 @@ class Schedule:
     offsets: np.ndarray
     available: int | None = None
     cut_by: list[str] = field(default_factory=list)
-    streamed = False  # a loadgen.plan_stream.StreamedSchedule reads its arrivals from the file
+    streamed = False  # a loadgen.engine.plan_stream.StreamedSchedule reads its arrivals from the file
 
     @property
     def planned(self) -> int:
@@ -117,14 +117,14 @@ class Schedule:
 def global_schedule(cfg: RunConfig, workload, *, count: bool = True) -> Schedule:
     """Every arrival of the run, the same on the master and on every worker (docs/distributed.md).
 
-    A streamed trace (``workloads.streamed``) gets a ``loadgen.plan_stream.StreamedSchedule``, read
+    A streamed trace (``workloads.streamed``) gets a ``loadgen.engine.plan_stream.StreamedSchedule``, read
     from the file as its arrivals come due; ``count`` (the master) counts its planned arrivals
     when the run is cut.
     """
     from workloads.streamed import StreamedTraceWorkload
 
     if isinstance(workload, StreamedTraceWorkload):
-        from loadgen.plan_stream import streamed_schedule
+        from loadgen.engine.plan_stream import streamed_schedule
 
         return streamed_schedule(cfg, workload, count=count)  # type: ignore[return-value]
     n = cfg.num_sessions
@@ -204,7 +204,7 @@ def _hand_back() -> None:
 def measure_connect_s(base_url: str, options: dict[str, Any], tries: int = 3) -> float | None:
     """The slowest of ``tries`` connection set-ups to the target (TCP, and TLS for https), in s;
     None when none succeeded (the run's requests will say why)."""
-    from loadgen.client import SessionConnection
+    from loadgen.engine.client import SessionConnection
 
     times = []
     kwargs = {k: v for k, v in options.items() if k != "recv_delays"}
@@ -264,7 +264,7 @@ class Driver:
         recv_delays: list[int] | None = None,
         schedule: Schedule | None = None,
     ) -> None:
-        """``recv_delays``: where streams append their receive delays (``loadgen.health``);
+        """``recv_delays``: where streams append their receive delays (``loadgen.engine.health``);
         ``schedule``: the run's global schedule when the caller built it already."""
         t_prep = time.perf_counter()
         self.plan = plan
@@ -354,7 +354,7 @@ class Driver:
 
     def drain(self, deadline_s: float) -> None:
         """Stop arrivals, wait up to ``deadline_s`` for requests on the wire, then cut the rest:
-        each records what arrived as ``cut_at_stop`` (loadgen.session)."""
+        each records what arrived as ``cut_at_stop`` (loadgen.engine.session)."""
         self.stop_arrivals()
         end = time.monotonic() + max(0.0, deadline_s)
         while self.in_flight.requests > 0 and time.monotonic() < end:
@@ -378,7 +378,7 @@ class Driver:
 
     def _arrivals(self, share: Iterable[tuple[int, float, dict[str, Any] | None]]) -> None:
         """Start each arrival of ``share`` at its time. A streamed share is read from the file as
-        it goes (``loadgen.plan_stream``): each session is built from its record."""
+        it goes (``loadgen.engine.plan_stream``): each session is built from its record."""
         try:
             self._start_arrivals(share)
         except WorkloadError as e:  # a bad row of a streamed trace; the master's count names it too

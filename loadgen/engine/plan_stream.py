@@ -1,6 +1,6 @@
 """Streamed schedules: a large trace's arrivals read from the file as they come due.
 
-A ``StreamedSchedule`` is the run's global schedule (``loadgen.driver.Schedule``) for a
+A ``StreamedSchedule`` is the run's global schedule (``loadgen.engine.driver.Schedule``) for a
 ``workloads.streamed.StreamedTraceWorkload``: nothing is held but the file's path and how its
 times map to offsets. Each worker reads the file itself, row by row, and keeps its own share
 (``share_arrivals``: session k belongs to slot ``k % n``, narrowed by re-planning splits), so
@@ -37,7 +37,7 @@ Arrival = tuple[int, float, "dict[str, Any] | None"]  # (session index, offset s
 
 def in_share(k: int, n_slots: int, slot: int, splits: Iterable[Iterable[int]] | None = None) -> bool:
     """Whether arrival ``k`` is in slot ``slot``'s share narrowed by ``splits``
-    (``loadgen.driver.share_indices`` for one index)."""
+    (``loadgen.engine.driver.share_indices`` for one index)."""
     if k % n_slots != slot:
         return False
     p = k // n_slots
@@ -126,7 +126,7 @@ class StreamedSchedule:
 
     def count_planned(self) -> int:
         """Count the arrivals (one pass up to the cut, each row validated) and note what cut them,
-        as the whole-file schedule tells it (``loadgen.driver.global_schedule``)."""
+        as the whole-file schedule tells it (``loadgen.engine.driver.global_schedule``)."""
         if self._offsets is not None:
             self.planned = len(self._offsets)
             return self.planned
@@ -204,7 +204,7 @@ def _generated(cfg: RunConfig, workload: StreamedTraceWorkload) -> StreamedSched
     else:
         available = n = workload.num_sessions
     if cfg.arrival == "trace":
-        from loadgen.driver import _trace_path
+        from loadgen.engine.driver import _trace_path
 
         offsets = arrivals.trace(_trace_path(cfg), time_scale=cfg.trace_time_scale)
         if cfg.trace_rate_per_s is not None:

@@ -9,7 +9,7 @@ go on without the reply); the failure is a record, never an exception.
 A DAG session (workloads.dag) runs stage by stage: a fan-out's children go out together on
 connections of their own and the join waits for the last; a child that is a chain (a branch)
 sends its steps in order on its connection, each at the previous one's end plus its think time,
-and the join waits for the last step of every branch. ``loadgen.conversation`` says what each
+and the join waits for the last step of every branch. ``loadgen.engine.conversation`` says what each
 step sends. Every record carries the step's id, kind, parents and depth.
 """
 
@@ -25,9 +25,9 @@ from typing import Any
 import gevent
 
 from analysis.records import CUT_AT_STOP, STATUS_ERROR, STATUS_OK, RequestRecord
-from loadgen.client import SessionConnection, StreamResult, check_reply
-from loadgen.client import output_tokens as count_output_tokens
-from loadgen.conversation import Conversation, tool_definitions
+from loadgen.engine.client import SessionConnection, StreamResult, check_reply
+from loadgen.engine.client import output_tokens as count_output_tokens
+from loadgen.engine.conversation import Conversation, tool_definitions
 from targets.adapters.base import Adapter, ChatRequest
 from workloads.dag import SessionPlan, Step, plan_session
 from workloads.model import Session, turn_class
