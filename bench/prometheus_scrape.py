@@ -30,11 +30,11 @@ monkey.patch_all()
 import urllib.request  # noqa: E402
 
 from analysis.records import RequestRecord  # noqa: E402
-from loadgen import metrics_endpoint  # noqa: E402
 from loadgen.config import RunConfig  # noqa: E402
 from loadgen.engine.recorder import MetricsAggregate, Recorder  # noqa: E402
-from loadgen.exposition import render  # noqa: E402
-from loadgen.prometheus import collect  # noqa: E402
+from loadgen.live import metrics_endpoint  # noqa: E402
+from loadgen.live.exposition import render  # noqa: E402
+from loadgen.live.prometheus import collect  # noqa: E402
 
 
 def _records(n: int, tenants: int, targets: int, tokens: int, rng: random.Random) -> list[RequestRecord]:

@@ -104,7 +104,7 @@ class RunOptions:
     # a worker whose clock is off by more than this is refused before load (loadgen/engine/worker_clock.py)
     max_clock_offset: str = MAX_CLOCK_OFFSET_DEFAULT
     allow_clock_offset: bool = False
-    # the master's Prometheus endpoint (loadgen/metrics_endpoint.py); 0 = off
+    # the master's Prometheus endpoint (loadgen/live/metrics_endpoint.py); 0 = off
     prometheus_port: int = 0
     prometheus_host: str = "127.0.0.1"
     prometheus_linger: str = "0s"
@@ -193,7 +193,7 @@ def validate(opts: RunOptions) -> None:
 
     check_writable(opts.results)
     if opts.prometheus_port:
-        from loadgen.metrics_endpoint import check_bindable
+        from loadgen.live.metrics_endpoint import check_bindable
 
         check_bindable(opts.prometheus_host, opts.prometheus_port)
     if opts.arrival == "trace" and not opts.trace and not workload.has_arrival_times():

@@ -71,6 +71,7 @@ from loadgen.join_auth import (
     verify,
 )
 from loadgen.join_gate import JoinGate, install_join_gate
+from loadgen.live.progress import ProgressLine
 from loadgen.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
     DEFAULT_WORKER_LOSS_TIMEOUT_S,
@@ -82,7 +83,6 @@ from loadgen.loss_timeouts import (
 from loadgen.master_quit import install_prompt_quit
 from loadgen.options import check_session_count, config_from_options
 from loadgen.peer_address import PeerAddresses
-from loadgen.progress import ProgressLine
 from loadgen.results import ResultsWriter
 from loadgen.run_record import generator_cpu, run_info
 from loadgen.stop_request import STOP_SIGNAL, take_sigterm
@@ -267,11 +267,11 @@ class LoadgenRuntime:
             ev.quit.add_listener(self._on_quit)
             ev.reset_stats.add_listener(self._on_reset_stats)
         if self.role in ("master", "local") and getattr(self.env, "web_ui", None) is not None:
-            from loadgen.webui import install_web_ui
+            from loadgen.live.webui import install_web_ui
 
             install_web_ui(self.env, self)
         if self.role in ("master", "local"):
-            from loadgen.metrics_endpoint import install_endpoint
+            from loadgen.live.metrics_endpoint import install_endpoint
 
             self.endpoint = install_endpoint(self.env, self)
         if self.role == "master":

@@ -361,7 +361,7 @@ def summarize(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def coalescing_counts(states: dict[str, dict[str, Any]]) -> tuple[int, int]:
     """(coalesced, token chunks) summed over the workers' latest states: the progress line's live
-    figure (``loadgen.progress.ProgressLine(coalescing=...)``)."""
+    figure (``loadgen.live.progress.ProgressLine(coalescing=...)``)."""
     coalesced = chunks = 0
     for st in states.values():
         c = (st.get("health") or {}).get("chunks") or {}

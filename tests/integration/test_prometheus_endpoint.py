@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from analysis.hlog import clamp_us
 from analysis.records import metric_values, tag_label
 from loadgen.cli import main
-from loadgen.prometheus import HISTOGRAMS
+from loadgen.live.prometheus import HISTOGRAMS
 from loadgen.run import LOCUSTFILE
 from tests.conftest import free_port
 

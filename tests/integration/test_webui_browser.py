@@ -190,7 +190,7 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
 
             # The chart page: one SVG per metric, with p50/p95/p99 lines over the run's intervals.
             charts = _browser(chromium, "--virtual-time-budget=3000", "--dump-dom", login + "/loadgen/charts")
-            from loadgen.webui import LIVE_METRICS
+            from loadgen.live.webui import LIVE_METRICS
 
             assert charts.count("<svg") == len(LIVE_METRICS)
             lines = re.findall(r'<polyline[^>]* points="([^"]+)"', charts)

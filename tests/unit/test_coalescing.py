@@ -13,7 +13,7 @@ from analysis.records import RequestRecord, histogram_tag
 from loadgen.engine.client import SessionConnection, StreamResult, _StreamState
 from loadgen.engine.health import ChunkCounts, GeneratorHealth, RecvDelays, coalescing_counts, summarize
 from loadgen.engine.recorder import histogram_of
-from loadgen.progress import ProgressLine
+from loadgen.live.progress import ProgressLine
 from targets.adapters.openai import OpenAIChatAdapter
 
 ROLE = b'data: {"choices":[{"delta":{"role":"assistant"}}]}'

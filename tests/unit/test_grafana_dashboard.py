@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from analysis.records import RequestRecord
 from loadgen.config import RunConfig
 from loadgen.engine.recorder import MetricsAggregate, Recorder
-from loadgen.exposition import render
-from loadgen.prometheus import EXPORTED_NAMES, collect
+from loadgen.live.exposition import render
+from loadgen.live.prometheus import EXPORTED_NAMES, collect
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "k8s" / "grafana" / "loadgen-dashboard.json"
 # Labels Prometheus adds to every scraped series.

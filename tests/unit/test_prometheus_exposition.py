@@ -17,7 +17,7 @@ from analysis.hlog import clamp_us, new_histogram
 from analysis.records import ERROR_CATEGORIES, RequestRecord, metric_values
 from loadgen.config import RunConfig
 from loadgen.engine.recorder import MetricsAggregate, Recorder, metric_sums
-from loadgen.exposition import (
+from loadgen.live.exposition import (
     NOMINAL_BOUNDS_US,
     BucketLayout,
     Family,
@@ -25,7 +25,7 @@ from loadgen.exposition import (
     hdr_buckets,
     render,
 )
-from loadgen.prometheus import EXPORTED_NAMES, HISTOGRAMS, bucket_layout, collect
+from loadgen.live.prometheus import EXPORTED_NAMES, HISTOGRAMS, bucket_layout, collect
 
 
 def test_bucket_bounds_are_hdr_edges_near_the_nominal_ones() -> None:

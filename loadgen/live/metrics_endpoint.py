@@ -31,8 +31,8 @@ from gevent.pywsgi import WSGIServer
 
 from analysis.units import parse_duration_s
 from loadgen.errors import UserError
-from loadgen.exposition import CONTENT_TYPE, render
-from loadgen.prometheus import collect
+from loadgen.live.exposition import CONTENT_TYPE, render
+from loadgen.live.prometheus import collect
 
 log = logging.getLogger("loadgen")
 

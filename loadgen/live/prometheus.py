@@ -16,7 +16,7 @@ from typing import Any
 from analysis.hdr import value_at_percentile
 from analysis.hlog import new_histogram
 from analysis.records import ERROR_CATEGORIES, parse_histogram_tag
-from loadgen.exposition import COUNTER, GAUGE, HISTOGRAM, BucketLayout, Family, add_histogram
+from loadgen.live.exposition import COUNTER, GAUGE, HISTOGRAM, BucketLayout, Family, add_histogram
 
 LABEL_NAMES = ("turn_class", "tenant", "target")
 
