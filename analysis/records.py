@@ -1,7 +1,7 @@
 """The results format: file names, the per-request record, and the histogram tag scheme.
 
 This is the contract between the runtime (``loadgen``, which writes) and ``analysis`` (which
-reads). ``analysis`` imports nothing else of ours; ``loadgen.results`` writes exactly these
+reads). ``analysis`` imports nothing else of ours; ``loadgen.runtime.results_writer`` writes exactly these
 fields. The user-facing description is ``docs/results-format.md``; change both together and bump
 ``SCHEMA_VERSION`` on an incompatible change.
 

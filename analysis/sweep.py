@@ -51,7 +51,7 @@ GENERATOR_LIMITED = "generator"  # the generator could not keep up: says nothing
 INCOMPLETE = "incomplete"  # the run did not complete: neither pass nor fail
 RANGE = "range"  # limited_by when the SLOs hold at the highest rate tried
 OUTCOMES = (HOLDS, SLO_MISSED, GENERATOR_LIMITED, INCOMPLETE)
-# A point's exit codes (loadgen/verdict.py) that decide its outcome by themselves.
+# A point's exit codes (loadgen/runtime/verdict.py) that decide its outcome by themselves.
 EXIT_GENERATOR = 4
 EXIT_INCOMPLETE = 5
 

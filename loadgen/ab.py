@@ -18,8 +18,8 @@ import orjson
 from analysis.records import SUMMARY_FILE
 from analysis.units import format_duration_us
 from loadgen.errors import UserError
-from loadgen.options import new_run_id
 from loadgen.run import RunOptions, run
+from loadgen.runtime.locust_options import new_run_id
 from loadgen.server_metrics import SERVER_METRICS_FILE
 
 AB_STATS = ("mean", "p50", "p95", "p99")

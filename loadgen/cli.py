@@ -16,7 +16,7 @@ from loadgen.engine.worker_clock import (
     MAX_CLOCK_OFFSET_HELP,
 )
 from loadgen.errors import USAGE_EXIT_CODE, UserError
-from loadgen.loss_timeouts import (
+from loadgen.runtime.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
     DEFAULT_WORKER_LOSS_TIMEOUT_S,
     MASTER_LOSS_TIMEOUT_HELP,
@@ -45,7 +45,7 @@ RATE = _Parsed("rate", parse_rate_per_s, RATE_FORM)
 
 
 def run_options(f: Callable) -> Callable:
-    """The options shared by run, master, ab and sweep (names match loadgen/options.py)."""
+    """The options shared by run, master, ab and sweep (names match loadgen/runtime/locust_options.py)."""
     opts = [
         click.option("--workload", default="agentic-coding", show_default=True, help="Shipped spec name, .yaml spec, or data file (session .jsonl, ShareGPT .json, Mooncake .jsonl, Azure .csv)."),
         click.option("--workload-format", default=None, help="Data file format: sessions, sharegpt, mooncake, azure, burstgpt, bailian, weka-trace (default: detected)."),
@@ -102,7 +102,7 @@ def run_options(f: Callable) -> Callable:
 
 
 def prometheus_options(f: Callable) -> Callable:
-    """The master's live /metrics endpoint (run, master; names match loadgen/options.py)."""
+    """The master's live /metrics endpoint (run, master; names match loadgen/runtime/locust_options.py)."""
     opts = [
         click.option("--prometheus-port", type=click.IntRange(min=0, max=65535), default=0, help="Serve live metrics for Prometheus at /metrics on this port (0 = off)."),
         click.option("--prometheus-host", default="127.0.0.1", show_default=True, help="Address of /metrics (0.0.0.0 inside a pod)."),
@@ -409,7 +409,7 @@ def _workload_file_options(f: Callable) -> Callable:
 
 
 def _load_for_command(name: str, fmt: str | None, workload_options: str | None, tokenizer: str | None) -> Any:
-    from loadgen.run_workload import load_workload_named, parse_options_flag
+    from loadgen.runtime.run_workload import load_workload_named, parse_options_flag
 
     return load_workload_named(name, fmt, parse_options_flag(workload_options or ""), tokenizer)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from loadgen.errors import UserError
-from loadgen.verdict import EXIT_OK, EXIT_SLO_MISSED
+from loadgen.runtime.verdict import EXIT_OK, EXIT_SLO_MISSED
 
 COMPARE_STATS = ("p50", "p90", "p95", "p99", "mean")
 

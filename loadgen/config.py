@@ -67,7 +67,7 @@ class RunConfig:
     # Workload file content for workers that do not share the master's filesystem.
     workload_text: str | None = None
     # A streamed trace's size in bytes, when a worker without the file may pull it from the
-    # master in chunks (loadgen.file_ship); None: nothing to pull.
+    # master in chunks (loadgen.runtime.file_ship); None: nothing to pull.
     workload_pull_bytes: int | None = None
     trace_text: str | None = None
     tokenizer_json: str | None = None

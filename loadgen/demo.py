@@ -51,7 +51,7 @@ import click
 
 from loadgen.ab import follow_up_ttft_factors, load_summary, parse_arms, report_ab, run_ab
 from loadgen.run import RunOptions
-from loadgen.verdict import EXIT_SLO_MISSED
+from loadgen.runtime.verdict import EXIT_SLO_MISSED
 
 DEMO_ARMS = "round_robin=sglang:round_robin,cache_aware=sglang:cache_aware"
 DEMO_PROFILE = "laptop-qwen2.5-1.5b-q4"
@@ -63,7 +63,7 @@ EXPECTED_FOLLOW_UP_TTFT_FACTOR = {"mean": 2.5, "p95": 4.0}
 # replica that already holds them, and a p95 of 15 turns is close to their maximum: less is asked
 # (quick runs measured 2.9-4.8x at the mean, 4.4-6.6x at p95; tests/integration/test_demo_quick.py).
 QUICK_EXPECTED_FOLLOW_UP_TTFT_FACTOR = {"mean": 2.0, "p95": 2.5}
-# A shape not met is the demo's missed SLO: loadgen/verdict.py's exit 3 ("an SLO was missed"), not
+# A shape not met is the demo's missed SLO: loadgen/runtime/verdict.py's exit 3 ("an SLO was missed"), not
 # 1 (request failures), 4 (the generator) or 5 (a run incomplete), which the arms' runs decide.
 EXIT_SHAPE_NOT_MET = EXIT_SLO_MISSED
 PUBLISHED = "published on two llama.cpp replicas: 110 -> 34 ms at the mean (3.2x), 260 -> 36 ms at p95 (~7x)"

@@ -11,8 +11,8 @@ import gevent
 import locust.runners
 from locust import User, events, task
 
-from loadgen.options import add_arguments
-from loadgen.runtime import install
+from loadgen.runtime.locust_options import add_arguments
+from loadgen.runtime.locust_runtime import install
 from targets.fleet.procs import die_with_parent
 
 # Workers ship histogram deltas and records with every report, and the master writes them on

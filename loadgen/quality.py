@@ -293,7 +293,7 @@ def gate_before_load(opts: RunOptions, url: str, info: dict[str, Any]) -> None:
 def write_refused_run(opts: RunOptions, url: str, info: dict[str, Any], reason: str) -> Path:
     """``results/<run-id>/run.json`` for a run refused before load: status ``aborted``, no requests."""
     from analysis.records import RUN_FILE, SCHEMA_VERSION
-    from loadgen.results import versions, write_json_atomic
+    from loadgen.runtime.results_writer import versions, write_json_atomic
     from workloads import load_workload
 
     wl = load_workload(opts.workload)

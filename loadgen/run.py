@@ -23,14 +23,14 @@ import orjson
 from loadgen import server_metrics
 from loadgen.engine.worker_clock import MAX_CLOCK_OFFSET_DEFAULT, parse_max_clock_offset
 from loadgen.errors import UserError
-from loadgen.loss_timeouts import (
+from loadgen.runtime.locust_options import new_run_id
+from loadgen.runtime.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
     DEFAULT_WORKER_LOSS_TIMEOUT_S,
     parse_loss_timeout,
 )
-from loadgen.options import new_run_id
-from loadgen.stop_request import STOP_SIGNAL
-from loadgen.verdict import EXIT_CODES, EXIT_INCOMPLETE
+from loadgen.runtime.stop_request import STOP_SIGNAL
+from loadgen.runtime.verdict import EXIT_CODES, EXIT_INCOMPLETE
 
 LOCUSTFILE = str(Path(__file__).with_name("locustfile.py"))
 
@@ -97,7 +97,7 @@ class RunOptions:
     bind: str = "127.0.0.1"
     master_port: int = 5557
     headless: bool = True
-    # who may join (loadgen/join_auth.py): the secret is read from $LOADGEN_JOIN_SECRET or this file
+    # who may join (loadgen/runtime/join_auth.py): the secret is read from $LOADGEN_JOIN_SECRET or this file
     join_secret_file: str | None = None
     allow_unauthenticated_workers: bool = False
     worker_loss_timeout: str = f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s"  # a worker silent this long is lost
@@ -125,7 +125,7 @@ def validate(opts: RunOptions) -> None:
     if opts.expect_model:
         opts.expect = {**opts.expect, "model": opts.expect_model}
     from analysis.units import parse_duration_s, parse_rate_per_s
-    from loadgen.run_workload import load_workload_named, parse_options_flag
+    from loadgen.runtime.run_workload import load_workload_named, parse_options_flag
 
     workload = load_workload_named(
         opts.workload, opts.workload_format, parse_options_flag(opts.workload_options or ""), opts.tokenizer, stream=True
@@ -172,7 +172,7 @@ def validate(opts: RunOptions) -> None:
             parse_max_clock_offset(opts.max_clock_offset)
         except ValueError as e:
             raise UserError(f"--max-clock-offset: {e}") from None
-    from loadgen.options import check_positive, check_session_count
+    from loadgen.runtime.locust_options import check_positive, check_session_count
 
     check_positive("--trace-time-scale", opts.trace_time_scale, "it multiplies the trace's gaps: 0.5 replays twice as fast")
     check_positive("--burstiness", opts.burstiness, "1 = Poisson, < 1 burstier")
@@ -189,7 +189,7 @@ def validate(opts: RunOptions) -> None:
         except WorkloadError as e:
             raise UserError(f"--trace: {e}") from None
         check_session_count(opts.num_sessions, rows, f"--trace {opts.trace}")
-    from loadgen.results import check_writable
+    from loadgen.runtime.results_writer import check_writable
 
     check_writable(opts.results)
     if opts.prometheus_port:
@@ -215,7 +215,7 @@ def validate(opts: RunOptions) -> None:
 
 
 def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> list[str]:
-    """loadgen's options as Locust command-line flags (see loadgen/options.py)."""
+    """loadgen's options as Locust command-line flags (see loadgen/runtime/locust_options.py)."""
     args = [
         "--host", url,
         "--workload", opts.workload,
@@ -277,7 +277,7 @@ def master_died(code: int, run_dir: Path) -> int:
         try:
             info = orjson.loads(run_json.read_bytes())
             if info.get("status") == "running":
-                from loadgen.results import write_json_atomic
+                from loadgen.runtime.results_writer import write_json_atomic
 
                 info.update(status="aborted", abort_reason=f"the Locust master {how}")
                 write_json_atomic(run_json, info)
@@ -306,7 +306,7 @@ def _master_preexec() -> None:
 def run_locust(argv: list[str], *, master: bool = False, env: dict[str, str] | None = None) -> int:
     """Run Locust with ``argv`` in a child process, forward SIGINT/SIGTERM, return its exit code.
 
-    A ``master`` is asked to stop with ``STOP_SIGNAL`` for either (``loadgen.stop_request`` says
+    A ``master`` is asked to stop with ``STOP_SIGNAL`` for either (``loadgen.runtime.stop_request`` says
     why not SIGINT or SIGTERM: with SIGINT a finished ``--web`` run now and then went on serving
     until killed, and a terminal's Ctrl-C, which every process of the group gets, cut the stop's
     handlers short in the master and the workers, with exit codes 0, 1 or 254 for the same stop).
@@ -464,7 +464,7 @@ def process_args(opts: RunOptions) -> list[str]:
 
 def join_env(secret: str | None, *, allow_unauthenticated: bool = False) -> dict[str, str]:
     """The Locust process's environment: the join secret travels there, never on a command line."""
-    from loadgen.join_auth import ALLOW_ENV, SECRET_ENV
+    from loadgen.runtime.join_auth import ALLOW_ENV, SECRET_ENV
 
     env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, ALLOW_ENV)}
     if secret is not None:
@@ -477,7 +477,7 @@ def join_env(secret: str | None, *, allow_unauthenticated: bool = False) -> dict
 def master_join_env(opts: RunOptions) -> dict[str, str]:
     """A distributed master's join secret, checked before anything starts (a usage error, exit 2,
     when it binds off loopback with neither a secret nor --allow-unauthenticated-workers)."""
-    from loadgen.join_auth import UNAUTHENTICATED_WARNING, master_secret
+    from loadgen.runtime.join_auth import UNAUTHENTICATED_WARNING, master_secret
 
     secret = master_secret(opts.bind, opts.join_secret_file, opts.allow_unauthenticated_workers)
     if secret is None and opts.allow_unauthenticated_workers:
@@ -493,7 +493,7 @@ def run_worker(
     master_loss_timeout: str = f"{DEFAULT_MASTER_LOSS_TIMEOUT_S:g}s",
 ) -> int:
     """``loadgen worker``: a Locust worker that takes its whole plan from the master."""
-    from loadgen.join_auth import read_secret
+    from loadgen.runtime.join_auth import read_secret
 
     parse_loss_timeout("--master-loss-timeout", master_loss_timeout)
     env = join_env(read_secret(join_secret_file))
@@ -505,7 +505,7 @@ def run_worker(
 
 
 def run(opts: RunOptions) -> int:
-    """``loadgen run``: the whole job. Returns the process exit code (see loadgen/verdict.py)."""
+    """``loadgen run``: the whole job. Returns the process exit code (see loadgen/runtime/verdict.py)."""
     env = master_join_env(opts) if opts.master else None
     validate(opts)
     if not opts.run_id:

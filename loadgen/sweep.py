@@ -23,9 +23,9 @@ import click
 import orjson
 
 from loadgen.errors import UserError
-from loadgen.options import new_run_id
 from loadgen.run import RunOptions, run, validate
-from loadgen.verdict import EXIT_INCOMPLETE
+from loadgen.runtime.locust_options import new_run_id
+from loadgen.runtime.verdict import EXIT_INCOMPLETE
 
 SWEEP_SCHEMA_VERSION = 1
 SWEEP_FILE = "sweep.json"

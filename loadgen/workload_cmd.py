@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from loadgen.errors import UserError
-from loadgen.run_workload import load_workload_named, parse_options_flag
+from loadgen.runtime.run_workload import load_workload_named, parse_options_flag
 from workloads.errors import WorkloadError
 from workloads.progress import ReadProgress
 from workloads.streamed import STREAM_MIN_BYTES

@@ -106,7 +106,7 @@ class Schedule:
                 yield int(k), float(offsets[k]), None
 
     def due(self, n_slots: int, shares: Iterable[Any]) -> int:
-        """How many arrivals of ``shares`` (``loadgen.accounting.Share``) fall in their time ranges."""
+        """How many arrivals of ``shares`` (``loadgen.runtime.accounting.Share``) fall in their time ranges."""
         total = 0
         for sh in shares:
             t = self.offsets[share_indices(len(self.offsets), n_slots, sh.slot, sh.splits)]

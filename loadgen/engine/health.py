@@ -16,7 +16,7 @@ Both go into HDR histograms (µs); a worker ships them encoded with its state, c
 plan started (refreshed every few seconds, and in its final report); the master merges them
 exactly into run.json's ``generator`` section (``summarize``), and the summary flags the run
 saturated when a p99 is over its bound (``--max-schedule-lag``; for the receive delay, the run's
-ITL p50 when that is longer), as for schedule lag (analysis/summary.py; loadgen/verdict.py: exit 4).
+ITL p50 when that is longer), as for schedule lag (analysis/summary.py; loadgen/runtime/verdict.py: exit 4).
 
 ``LOADGEN_TEST_BURN=<busy ms>/<period ms>`` makes the worker burn CPU in a greenlet (busy for the
 first number of milliseconds of every period) so that tests can drive it past saturation on

@@ -112,7 +112,7 @@ class StreamedSchedule:
                 yield k, off, rec
 
     def due(self, n_slots: int, shares: Iterable[Any]) -> int:
-        """How many arrivals of ``shares`` (``loadgen.accounting.Share``) fall in their time
+        """How many arrivals of ``shares`` (``loadgen.runtime.accounting.Share``) fall in their time
         ranges: one pass over the file."""
         shares = list(shares)
         if not shares:

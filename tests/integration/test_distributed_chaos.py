@@ -20,8 +20,8 @@ import orjson
 import psutil
 import pytest
 
-from loadgen.loss_timeouts import missed_checks
-from loadgen.master_watch import CHECK_INTERVAL_S
+from loadgen.runtime.loss_timeouts import missed_checks
+from loadgen.runtime.master_watch import CHECK_INTERVAL_S
 from tests.conftest import free_port
 
 from .runs import LOADGEN, loadgen, records, sim, truth

@@ -37,7 +37,7 @@ import orjson
 import pytest
 
 from analysis.records import RequestRecord
-from loadgen.loss_timeouts import DEFAULT_WORKER_LOSS_TIMEOUT_S
+from loadgen.runtime.loss_timeouts import DEFAULT_WORKER_LOSS_TIMEOUT_S
 from tests import netns
 from workloads import load_workload
 

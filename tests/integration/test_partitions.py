@@ -150,7 +150,7 @@ if __name__ == "__main__":
     # The figures of docs/distributed.md, at the default timeouts: a 3 s cut, then an 8 s one.
     import tempfile
 
-    from loadgen.loss_timeouts import DEFAULT_MASTER_LOSS_TIMEOUT_S, DEFAULT_WORKER_LOSS_TIMEOUT_S
+    from loadgen.runtime.loss_timeouts import DEFAULT_MASTER_LOSS_TIMEOUT_S, DEFAULT_WORKER_LOSS_TIMEOUT_S
 
     with tempfile.TemporaryDirectory() as d:
         print(run_partitions(Path(d), DEFAULT_WORKER_LOSS_TIMEOUT_S, DEFAULT_MASTER_LOSS_TIMEOUT_S, 3.0, 8.0, n=400))

@@ -19,7 +19,7 @@ import pytest
 
 from analysis.results import read_requests
 from loadgen.errors import UserError
-from loadgen.results import check_writable
+from loadgen.runtime.results_writer import check_writable
 
 from .runs import LOADGEN, loadgen, sim, truth
 

@@ -2,7 +2,7 @@
 
 A terminal's Ctrl-C sends SIGINT to the whole process group: the `loadgen run` front, Locust's
 master and its workers. Only the front acts on it (it asks the master to stop: see
-loadgen/stop_request.py); the master and workers ignore SIGINT, so no KeyboardInterrupt lands in
+loadgen/runtime/stop_request.py); the master and workers ignore SIGINT, so no KeyboardInterrupt lands in
 the middle of a handler. The run drains what is on the wire and ends with one verdict, last.
 """
 

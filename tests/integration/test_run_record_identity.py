@@ -4,7 +4,7 @@ does: a keyed Messages server answers ``/v1/models`` only with ``x-api-key``."""
 from __future__ import annotations
 
 from loadgen.config import RunConfig
-from loadgen.run_record import target_identity
+from loadgen.runtime.run_record import target_identity
 
 from .test_identity_auth import KEY, _KeyedModels, keyed_server  # noqa: F401 (a fixture)
 

@@ -90,7 +90,7 @@ def test_a_million_row_trace_starts_at_once_and_no_process_holds_it(tmp_path):
 
 def test_a_worker_without_the_trace_pulls_it_from_the_master_in_chunks(tmp_path):
     """The workload is a path relative to the master's directory, which the worker's lacks: the
-    worker pulls the file (loadgen.file_ship) and replays the same sessions."""
+    worker pulls the file (loadgen.runtime.file_ship) and replays the same sessions."""
     master_dir, worker_dir = tmp_path / "m", tmp_path / "w"
     master_dir.mkdir()
     worker_dir.mkdir()

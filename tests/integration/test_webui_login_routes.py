@@ -20,7 +20,7 @@ import json, secrets, sys
 from flask_login import UserMixin
 from locust import User, task
 from locust.env import Environment
-from loadgen.runtime import install
+from loadgen.runtime.locust_runtime import install
 
 class Idle(User):
     @task

@@ -34,7 +34,7 @@ def test_the_adapter_is_built_with_them_and_unknown_options_list_the_accepted_on
 def test_the_workers_run_configuration_carries_them() -> None:
     import argparse
 
-    from loadgen.options import add_arguments, config_from_options
+    from loadgen.runtime.locust_options import add_arguments, config_from_options
 
     class Parser(argparse.ArgumentParser):  # Locust's parser takes include_in_web_ui
         def add_argument(self, *a, include_in_web_ui=True, **k):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import loadgen.file_ship as ship
+import loadgen.runtime.file_ship as ship
 from loadgen.errors import UserError
-from loadgen.file_ship import MSG_FILE_PULL, FileFetch, read_chunk
+from loadgen.runtime.file_ship import MSG_FILE_PULL, FileFetch, read_chunk
 
 
 def serving(source: Path, fetch_box: list, *, reverse: bool = False, drop_after: int | None = None, shrink: bool = False):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from loadgen.join_gate import install_join_gate
+from loadgen.runtime.join_gate import install_join_gate
 
 
 class _Runner:

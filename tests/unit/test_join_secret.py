@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from loadgen import join_auth
 from loadgen.errors import UserError
-from loadgen.join_auth import (
+from loadgen.run import RunOptions, join_env, master_join_env
+from loadgen.runtime import join_auth
+from loadgen.runtime.join_auth import (
     hostname_of,
     is_loopback,
     master_secret,
@@ -21,7 +22,6 @@ from loadgen.join_auth import (
     response,
     verify,
 )
-from loadgen.run import RunOptions, join_env, master_join_env
 
 
 def test_the_answer_is_hmac_sha256_of_the_nonce_then_the_client_id() -> None:

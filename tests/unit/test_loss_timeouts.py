@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from loadgen.cli import main
 from loadgen.errors import UserError
-from loadgen.loss_timeouts import (
+from loadgen.runtime.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
     DEFAULT_WORKER_LOSS_TIMEOUT_S,
     HEARTBEAT_INTERVAL_S,
@@ -24,7 +24,7 @@ from loadgen.loss_timeouts import (
     parse_loss_timeout,
     timeouts_warning,
 )
-from loadgen.master_watch import MISSED_CHECKS_LIMIT, MasterWatch
+from loadgen.runtime.master_watch import MISSED_CHECKS_LIMIT, MasterWatch
 
 
 def _locust_checks_until_missing(liveness: int) -> int:

@@ -1,6 +1,6 @@
 """A lost worker's entry in run.json: counted once, its first loss and return never overwritten.
 
-The master's bookkeeping runs in a child process: loadgen.runtime imports Locust, which patches the
+The master's bookkeeping runs in a child process: loadgen.runtime.locust_runtime imports Locust, which patches the
 standard library with gevent, and this test process must stay unpatched.
 """
 
@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     import json, time
     from types import SimpleNamespace
     from loadgen.config import RunConfig
-    from loadgen.runtime import LoadgenRuntime
+    from loadgen.runtime.locust_runtime import LoadgenRuntime
 
     class Runner:
         clients = {}

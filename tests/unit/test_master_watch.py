@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from loadgen.master_watch import MISSED_CHECKS_LIMIT, MasterWatch
+from loadgen.runtime.master_watch import MISSED_CHECKS_LIMIT, MasterWatch
 
 
 def _watch(limit: int = MISSED_CHECKS_LIMIT) -> MasterWatch:

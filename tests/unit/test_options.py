@@ -8,7 +8,7 @@ import pytest
 
 from loadgen.config import Plan, RunConfig
 from loadgen.errors import UserError
-from loadgen.options import add_arguments, config_from_options
+from loadgen.runtime.locust_options import add_arguments, config_from_options
 
 
 def _parse(*args: str) -> argparse.Namespace:

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from loadgen.cli import main
 from loadgen.errors import UserError
-from loadgen.run_workload import workload_file_text
+from loadgen.runtime.run_workload import workload_file_text
 from workloads import load_workload, write_sessions_jsonl
 from workloads.errors import WorkloadError
 from workloads.readers import detect_format
@@ -180,7 +180,7 @@ def test_gzip_ships_decompressed_text(tmp_path):
 
 
 def test_gzip_over_the_ship_limit_is_read_from_the_same_path(tmp_path, monkeypatch):
-    import loadgen.run_workload as rw
+    import loadgen.runtime.run_workload as rw
 
     gz = tmp_path / "d.json.gz"
     gz.write_bytes(gzip.compress(SHAREGPT.read_bytes()))

@@ -9,7 +9,7 @@ import pytest
 
 from analysis.records import RequestRecord
 from loadgen.errors import UserError
-from loadgen.results import ResultsWriter, check_writable
+from loadgen.runtime.results_writer import ResultsWriter, check_writable
 
 
 def _record(i: int) -> RequestRecord:

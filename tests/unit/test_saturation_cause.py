@@ -1,5 +1,5 @@
 """A saturated generator names the cause it measured, and the default bounds follow from what the lag
-would distort (analysis/generator_health.py, loadgen/engine/health.py, loadgen/verdict.py).
+would distort (analysis/generator_health.py, loadgen/engine/health.py, loadgen/runtime/verdict.py).
 
 Pure functions over measured figures: no processes, no timing.
 """
@@ -20,7 +20,7 @@ from loadgen.engine.health import (
     read_counters,
     worker_cpu,
 )
-from loadgen.verdict import EXIT_GENERATOR_SATURATED, verdict_from_summary
+from loadgen.runtime.verdict import EXIT_GENERATOR_SATURATED, verdict_from_summary
 
 PSI = "some avg10=45.20 avg60=30.00 avg300=5.00 total=3550744\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 STAT = "cpu  3399 0 1856 81839 310 0 30 56 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"

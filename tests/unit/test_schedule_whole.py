@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.accounting import Accounting
 from loadgen.engine.driver import global_schedule, share_indices
 from loadgen.errors import UserError
-from loadgen.options import add_arguments, config_from_options
-from loadgen.run_workload import config_workload
+from loadgen.runtime.accounting import Accounting
+from loadgen.runtime.locust_options import add_arguments, config_from_options
+from loadgen.runtime.run_workload import config_workload
 
 MOONCAKE = Path(__file__).resolve().parent.parent / "fixtures" / "datasets" / "mooncake.jsonl"
 
@@ -87,7 +87,7 @@ def test_accounting_settles_sessions_lost_with_a_worker_and_stopped_early() -> N
     sched = global_schedule(cfg, config_workload(cfg))
     acc = Accounting.plan(cfg, sched, config_workload(cfg))
     acc.n_slots = 2
-    from loadgen.accounting import Share
+    from loadgen.runtime.accounting import Share
 
     # Worker w1 held slot 1 and was lost; its arrivals went to w0 from 4 s on.
     cut_s = 4.0

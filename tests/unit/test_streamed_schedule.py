@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.accounting import Accounting, Share
 from loadgen.config import RunConfig
 from loadgen.engine.driver import global_schedule, share_indices
 from loadgen.engine.plan_stream import StreamedSchedule, count_in_background, in_share
 from loadgen.errors import UserError
+from loadgen.runtime.accounting import Accounting, Share
 from workloads import load_workload
 from workloads.compressed import read_text
 from workloads.errors import WorkloadError

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.cli import main
-from loadgen.run_workload import load_workload_named
+from loadgen.runtime.run_workload import load_workload_named
 from workloads import load_workload, write_sessions_jsonl
 from workloads.errors import WorkloadError
 from workloads.readers import available_readers, detect_format

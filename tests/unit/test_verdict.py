@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.verdict import (
+from loadgen.runtime.verdict import (
     EXIT_GENERATOR_SATURATED,
     EXIT_INCOMPLETE,
     EXIT_OK,

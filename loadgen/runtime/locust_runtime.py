@@ -32,7 +32,6 @@ from locust.runners import STATE_INIT, STATE_MISSING, STATE_RUNNING, MasterRunne
 
 from analysis.records import RUN_ABORTED, RUN_COMPLETE, RequestRecord
 from analysis.slo import parse_slos
-from loadgen.accounting import Accounting, Share
 from loadgen.config import Plan, RunConfig
 from loadgen.engine.driver import Driver, global_schedule
 from loadgen.engine.health import SHIP_INTERVAL_S, GeneratorHealth
@@ -51,7 +50,9 @@ from loadgen.engine.worker_clock import (
     worker_wall_time,
 )
 from loadgen.errors import UserError
-from loadgen.file_ship import (
+from loadgen.live.progress import ProgressLine
+from loadgen.runtime.accounting import Accounting, Share
+from loadgen.runtime.file_ship import (
     MSG_FILE_CHUNK,
     MSG_FILE_PULL,
     FileFetch,
@@ -60,7 +61,7 @@ from loadgen.file_ship import (
     read_chunk,
     shipped_size,
 )
-from loadgen.join_auth import (
+from loadgen.runtime.join_auth import (
     ALLOW_ENV,
     SECRET_ENV,
     UNAUTHENTICATED_WARNING,
@@ -70,9 +71,9 @@ from loadgen.join_auth import (
     response,
     verify,
 )
-from loadgen.join_gate import JoinGate, install_join_gate
-from loadgen.live.progress import ProgressLine
-from loadgen.loss_timeouts import (
+from loadgen.runtime.join_gate import JoinGate, install_join_gate
+from loadgen.runtime.locust_options import check_session_count, config_from_options
+from loadgen.runtime.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
     DEFAULT_WORKER_LOSS_TIMEOUT_S,
     apply_to_master,
@@ -80,14 +81,13 @@ from loadgen.loss_timeouts import (
     parse_loss_timeout,
     timeouts_warning,
 )
-from loadgen.master_quit import install_prompt_quit
-from loadgen.options import check_session_count, config_from_options
-from loadgen.peer_address import PeerAddresses
-from loadgen.results import ResultsWriter
-from loadgen.run_record import generator_cpu, run_info
-from loadgen.stop_request import STOP_SIGNAL, take_sigterm
-from loadgen.verdict import EXIT_INCOMPLETE, EXIT_USAGE, Verdict, decide_verdict
-from loadgen.worker_env import load_plan_workload
+from loadgen.runtime.master_quit import install_prompt_quit
+from loadgen.runtime.peer_address import PeerAddresses
+from loadgen.runtime.results_writer import ResultsWriter
+from loadgen.runtime.run_record import generator_cpu, run_info
+from loadgen.runtime.run_workload import config_workload
+from loadgen.runtime.stop_request import STOP_SIGNAL, take_sigterm
+from loadgen.runtime.verdict import EXIT_INCOMPLETE, EXIT_USAGE, Verdict, decide_verdict
 from targets.quiet_gc import quiet_gc
 
 log = logging.getLogger("loadgen")
@@ -218,7 +218,7 @@ class LoadgenRuntime:
         self._clock: dict[str, dict[str, float]] = {}  # offsets of workers that joined mid-run
         self._clock_pings: dict[str, int] = {}
         self._denied_logged = False
-        # heartbeat timeouts (loadgen/loss_timeouts.py): the master's wait for a silent worker,
+        # heartbeat timeouts (loadgen/runtime/loss_timeouts.py): the master's wait for a silent worker,
         # a worker's for its silent master
         self.worker_loss_timeout_s = self._loss_timeout("worker_loss_timeout", DEFAULT_WORKER_LOSS_TIMEOUT_S)
         self.master_loss_timeout_s = self._loss_timeout("master_loss_timeout", DEFAULT_MASTER_LOSS_TIMEOUT_S)
@@ -318,7 +318,7 @@ class LoadgenRuntime:
 
             self._parent_pid = os.getppid()
             die_with_parent(signal.SIGTERM)
-            from loadgen.master_watch import install_master_watch
+            from loadgen.runtime.master_watch import install_master_watch
 
             apply_to_worker(self.master_loss_timeout_s)
             install_master_watch(self.env, self._on_master_lost, self.master_loss_timeout_s)
@@ -412,8 +412,6 @@ class LoadgenRuntime:
     def _start_run(self, cfg: RunConfig) -> None:
         """Validate, plan the arrivals, hand every worker its plan; the clock starts in ``_go``
         once every worker has loaded it and measured the target's connection set-up."""
-        from loadgen.run_workload import config_workload
-
         self._reset_collector()
         self.config = cfg
         slos = parse_slos(cfg.slos)
@@ -608,7 +606,7 @@ class LoadgenRuntime:
         if cfg.duration_s is not None:
             self._greenlets.append(gevent.spawn(self._stop_after, cfg.duration_s))
         if self.role == "master":
-            from loadgen.master_gc import collect_periodically, freeze_startup_heap
+            from loadgen.runtime.master_gc import collect_periodically, freeze_startup_heap
 
             freeze_startup_heap()
             self._greenlets.append(gevent.spawn(collect_periodically))
@@ -650,7 +648,7 @@ class LoadgenRuntime:
         it starts with ``driver.start`` when the run's clock does."""
         cfg = plan.config
         api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
-        workload = off_the_loop(load_plan_workload, cfg)
+        workload = off_the_loop(config_workload, cfg)  # the master's file content if the path is not here
         schedule = None if cfg.concurrency else off_the_loop(lambda: global_schedule(cfg, workload, count=False))
         self.recorder = Recorder()
         self.plan = plan
@@ -708,7 +706,7 @@ class LoadgenRuntime:
         gevent.spawn(runner.quit if self._quit_requested else runner.stop)
 
     def _on_stop_request(self) -> None:
-        """The front's stop (``loadgen.stop_request``): quit the runner as a run that reached its
+        """The front's stop (``loadgen.runtime.stop_request``): quit the runner as a run that reached its
         end does, then the web UI if there is one (the process ends when it stops serving)."""
         if not self._quit_requested:
             self._quit_requested = self._stopping_requested = True
@@ -866,7 +864,7 @@ class LoadgenRuntime:
             self._all_final.set()
 
     def _on_file_pull(self, environment: Any, msg: Any, **_: Any) -> None:
-        """A worker without the run's streamed trace pulls a chunk of it (``loadgen.file_ship``)."""
+        """A worker without the run's streamed trace pulls a chunk of it (``loadgen.runtime.file_ship``)."""
         data = msg.data or {}
         cfg = self.config
         if self._ignored(msg.node_id) or cfg is None or not cfg.workload_pull_bytes or data.get("run_id") != cfg.run_id:
@@ -1099,7 +1097,7 @@ class LoadgenRuntime:
 
     def _watch_workers(self) -> None:
         # A quarter of Locust's heartbeat interval: a loss is named within 0.25 s of Locust's
-        # verdict, so the worker's longer timeout keeps its margin (loadgen/loss_timeouts.py).
+        # verdict, so the worker's longer timeout keeps its margin (loadgen/runtime/loss_timeouts.py).
         while True:
             gevent.sleep(0.25)
             self._check_workers()
@@ -1467,7 +1465,7 @@ class LoadgenRuntime:
         self._prepare_and_report(plan, msg.data, t_got, t1w)
 
     def _fetch_then_prepare(self, plan: Plan, data: dict[str, Any], t_got: float, t1w: float) -> None:
-        """Pull the master's trace into a temporary file (``loadgen.file_ship``), then prepare."""
+        """Pull the master's trace into a temporary file (``loadgen.runtime.file_ship``), then prepare."""
         cfg = plan.config
         fetch = self._fetch = FileFetch(self.env.runner.send_message, cfg.run_id, cfg.workload, int(cfg.workload_pull_bytes or 0))
         try:
@@ -1639,7 +1637,7 @@ class LoadgenRuntime:
 
     def _check_loss_timeouts(self, environment: Any, **_: Any) -> None:
         """Once the master's options arrive (Locust's spawn message): warn if this worker would give
-        up on its master before the master counts it lost (loadgen/loss_timeouts.py)."""
+        up on its master before the master counts it lost (loadgen/runtime/loss_timeouts.py)."""
         if self._timeouts_checked:
             return
         self._timeouts_checked = True

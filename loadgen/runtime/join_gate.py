@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from loadgen.join_auth import hostname_of
+from loadgen.runtime.join_auth import hostname_of
 
 log = logging.getLogger("loadgen")
 

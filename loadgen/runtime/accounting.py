@@ -7,7 +7,7 @@ record it writes, and is closed at the end with what the workers reported: how m
 each started, and which shares of the schedule each was given. What is missing then has a
 reason: ``worker lost`` (arrivals a lost worker held that came due before they were re-planned
 onto the others) or ``stopped early`` (the run ended before they came due). The verdict
-(loadgen/verdict.py) reads it from ``run.json``: any session not started makes the run
+(loadgen/runtime/verdict.py) reads it from ``run.json``: any session not started makes the run
 incomplete (exit 5).
 """
 

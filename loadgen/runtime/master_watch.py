@@ -20,14 +20,14 @@ from typing import Any
 
 import gevent
 
-from loadgen.loss_timeouts import DEFAULT_MASTER_LOSS_TIMEOUT_S, HEARTBEAT_INTERVAL_S, missed_checks
+from loadgen.runtime.loss_timeouts import DEFAULT_MASTER_LOSS_TIMEOUT_S, HEARTBEAT_INTERVAL_S, missed_checks
 
 log = logging.getLogger("loadgen")
 
 CHECK_INTERVAL_S = HEARTBEAT_INTERVAL_S
 # The default --master-loss-timeout in silent checks: a master busy for seconds (a large merge, a
 # slow disk) is not lost; it always exceeds the master's --worker-loss-timeout by a margin, so in
-# a partition the master counts the worker lost first (loadgen/loss_timeouts.py).
+# a partition the master counts the worker lost first (loadgen/runtime/loss_timeouts.py).
 MISSED_CHECKS_LIMIT = missed_checks(DEFAULT_MASTER_LOSS_TIMEOUT_S)
 
 

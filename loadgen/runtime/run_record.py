@@ -33,7 +33,7 @@ def target_identity(cfg: RunConfig) -> dict[str, Any]:
 
 def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[str, Any]:
     """The ``run.json`` fields known when the run starts (docs/results-format.md)."""
-    from loadgen.run_workload import config_workload
+    from loadgen.runtime.run_workload import config_workload
     from workloads.streamed import known_fingerprint
 
     wl = config_workload(cfg)
@@ -78,7 +78,7 @@ def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[s
             "name": wl.name,
             "source": cfg.workload,
             "kind": wl.kind,
-            # A streamed trace's bytes are hashed during the run (loadgen.runtime fills it in).
+            # A streamed trace's bytes are hashed during the run (loadgen.runtime.locust_runtime fills it in).
             "fingerprint": known_fingerprint(wl),
             **({"options": cfg.workload_options} if cfg.workload_options else {}),
         },

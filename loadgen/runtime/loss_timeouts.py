@@ -9,7 +9,7 @@ to a long silence.
   it for T; the master notices within one interval more. It is Locust's own liveness count
   (``HEARTBEAT_LIVENESS``), set from T, so Locust and loadgen call a worker missing together.
 * ``--master-loss-timeout M`` (worker, default 15 s): a worker running load stops it and exits
-  once no answer came from its master for M (``loadgen.master_watch``).
+  once no answer came from its master for M (``loadgen.runtime.master_watch``).
 
 M must exceed T by ``LOSS_TIMEOUT_MARGIN_S``: then a partition shorter than T heals with nothing
 lost, and in a longer one the master decides first (it re-plans the worker's arrivals onto the

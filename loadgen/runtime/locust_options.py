@@ -25,13 +25,13 @@ from loadgen.engine.worker_clock import (
     MAX_CLOCK_OFFSET_HELP,
 )
 from loadgen.errors import UserError
-from loadgen.loss_timeouts import (
+from loadgen.runtime.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
     DEFAULT_WORKER_LOSS_TIMEOUT_S,
     MASTER_LOSS_TIMEOUT_HELP,
     WORKER_LOSS_TIMEOUT_HELP,
 )
-from loadgen.run_workload import (
+from loadgen.runtime.run_workload import (
     has_timestamps,
     load_workload_named,
     parse_options_flag,
@@ -95,7 +95,7 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--run-id", default="", help="Results subdirectory name (default: time + workload)")
     g.add_argument("--loadgen-stop-timeout", default="30s", help="How long requests on the wire may finish at stop")
     g.add_argument("--on-worker-loss", default="continue", choices=("continue", "abort"), help="What a lost worker does")
-    # Process-wide, not per run: heartbeat timeouts of the master and of each worker (loadgen/loss_timeouts.py).
+    # Process-wide, not per run: heartbeat timeouts of the master and of each worker (loadgen/runtime/loss_timeouts.py).
     g.add_argument("--worker-loss-timeout", default=f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s", include_in_web_ui=False, help=WORKER_LOSS_TIMEOUT_HELP)
     g.add_argument("--master-loss-timeout", default=f"{DEFAULT_MASTER_LOSS_TIMEOUT_S:g}s", include_in_web_ui=False, help=MASTER_LOSS_TIMEOUT_HELP)
     # Process-wide, not per run: how far a worker's clock may be off the master's (loadgen/engine/worker_clock.py).

@@ -1,0 +1,39 @@
+"""loadgen inside Locust: the plan each worker gets, the join secret, heartbeats and loss, the metric
+exchange, the drain barrier, the results writer and the verdict.
+
+This is the one package that imports Locust (with the locustfile and the commands that start it).
+It drives the engine (``loadgen.engine``) on workers and feeds the live views (``loadgen.live``)
+on the master. docs/architecture.md follows a run through it."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "Accounting": "accounting",
+    "FileFetch": "file_ship",
+    "JoinGate": "join_gate",
+    "LoadgenRuntime": "locust_runtime",
+    "MasterWatch": "master_watch",
+    "PeerAddresses": "peer_address",
+    "ResultsWriter": "results_writer",
+    "Verdict": "verdict",
+    "add_arguments": "locust_options",
+    "config_from_options": "locust_options",
+    "config_workload": "run_workload",
+    "decide_verdict": "verdict",
+    "install": "locust_runtime",
+    "load_workload_named": "run_workload",
+    "parse_loss_timeout": "loss_timeouts",
+    "run_info": "run_record",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use, so importing one module of this package does not import them all.
+    if name in _EXPORTS:
+        return getattr(import_module(f"loadgen.runtime.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
