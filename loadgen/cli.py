@@ -114,7 +114,7 @@ def prometheus_options(f: Callable) -> Callable:
 
 
 def _run_options(kwargs: dict[str, Any]) -> Any:
-    from loadgen.run import RunOptions
+    from loadgen.commands.run import RunOptions
 
     return RunOptions(**kwargs)
 
@@ -149,7 +149,7 @@ def main() -> None:
 @click.option("--web-port", type=int, default=8089, show_default=True)
 def run(**kwargs: Any) -> None:
     """Run a workload against a target (or an embedded simulated engine) and report."""
-    from loadgen.run import run as run_load
+    from loadgen.commands.run import run as run_load
 
     sys.exit(run_load(_run_options(kwargs)))
 
@@ -170,7 +170,7 @@ def run(**kwargs: Any) -> None:
 @click.option("--allow-clock-offset", is_flag=True, help=ALLOW_CLOCK_OFFSET_HELP)
 def master(**kwargs: Any) -> None:
     """Run as the master of a distributed run; workers join with 'loadgen worker'."""
-    from loadgen.run import run as run_load
+    from loadgen.commands.run import run as run_load
 
     sys.exit(run_load(_run_options({**kwargs, "master": True})))
 
@@ -183,7 +183,7 @@ def master(**kwargs: Any) -> None:
 @click.option("--master-loss-timeout", type=DURATION, default=f"{DEFAULT_MASTER_LOSS_TIMEOUT_S:g}s", show_default=True, help=MASTER_LOSS_TIMEOUT_HELP)
 def worker(master_host: str, master_port: int, processes: int, join_secret_file: str | None, master_loss_timeout: str) -> None:
     """Run a worker; it takes its plan (workload, rate, target, seed) from the master."""
-    from loadgen.run import run_worker
+    from loadgen.commands.run import run_worker
 
     sys.exit(run_worker(master_host, master_port, processes, join_secret_file, master_loss_timeout))
 
@@ -194,12 +194,12 @@ def worker(master_host: str, master_port: int, processes: int, join_secret_file:
 @click.option("--predict/--no-predict", default=True, show_default=True, help="With --engine llama-server: also run the arms on sims fitted to the replicas, and compare.")
 def ab(arms: str, predict: bool, **kwargs: Any) -> None:
     """Run the same seeded workload once per arm, each on a fresh fleet, and compare side by side."""
-    from loadgen.ab import parse_arms, report_ab, run_ab
+    from loadgen.commands.ab import parse_arms, report_ab, run_ab
 
     parsed = parse_arms(arms)
     opts = _run_options(kwargs)
     if predict and opts.engine == "llama-server":
-        from loadgen.predict import report_prediction, run_ab_with_prediction
+        from loadgen.commands.predict import report_prediction, run_ab_with_prediction
 
         result = run_ab_with_prediction(parsed, opts)
         click.echo(report_ab([a[0] for a in parsed], result.real))
@@ -220,7 +220,7 @@ def demo(quick: bool, results: str, engine: str, max_schedule_lag: str | None) -
 
     Exits 0 when the expected shape is met, 3 when it is not; a failed arm's own code first.
     """
-    from loadgen.demo import run_demo
+    from loadgen.commands.demo import run_demo
 
     sys.exit(run_demo(quick=quick, results=results, engine=engine, max_schedule_lag=max_schedule_lag))
 
@@ -233,7 +233,7 @@ def demo(quick: bool, results: str, engine: str, max_schedule_lag: str | None) -
 @click.option("--cost-per-hour", type=float, default=None)
 def report(run_dir: str, html: bool, csv_path: str | None, slo: str | None, cost_per_hour: float | None) -> None:
     """Summarise a results directory (complete or partial) and write summary.json."""
-    from loadgen.reporting import report_run
+    from loadgen.commands.report import report_run
 
     report_run(run_dir, html=html, csv_path=csv_path, slo=slo, cost_per_hour=cost_per_hour)
 
@@ -252,7 +252,7 @@ def report(run_dir: str, html: bool, csv_path: str | None, slo: str | None, cost
 @click.option("--n-boot", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
 def compare(a: str, b: str, **kwargs: Any) -> None:
     """Compare run B against baseline A with bootstrap intervals (paired when the seed matches)."""
-    from loadgen.compare_cmd import compare as compare_runs
+    from loadgen.commands.compare import compare as compare_runs
 
     sys.exit(compare_runs(a, b, **kwargs))
 
@@ -268,7 +268,7 @@ def compare(a: str, b: str, **kwargs: Any) -> None:
 @click.option("--n-boot", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
 def gate(run_dir: str, **kwargs: Any) -> None:
     """CI gate: exit 3 when RUN_DIR misses an SLO or regressed beyond noise against --baseline."""
-    from loadgen.compare_cmd import gate as judge
+    from loadgen.commands.compare import gate as judge
 
     sys.exit(judge(run_dir, **kwargs))
 
@@ -284,7 +284,7 @@ def gate(run_dir: str, **kwargs: Any) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Local worker processes.")
 def sweep(**kwargs: Any) -> None:
     """Find the largest arrival rate that holds the --slo percentile SLOs: a grid or a bisection of runs."""
-    from loadgen.sweep import run_sweep_command
+    from loadgen.commands.sweep import run_sweep_command
 
     ctx = click.get_current_context()
     rate_given = ctx.get_parameter_source("rate") is not click.core.ParameterSource.DEFAULT
@@ -303,7 +303,7 @@ def sweep(**kwargs: Any) -> None:
 def quality(target: str, model: str | None, eval_file: str | None, adapter: str, api_key_env: str | None,
             min_score: float | None, ca_cert: str | None, insecure: bool) -> None:  # fmt: skip
     """Ask the target a small exact-match eval (greedy) and print each answer and the score."""
-    from loadgen.quality import run_quality_command
+    from loadgen.commands.quality import run_quality_command
 
     sys.exit(run_quality_command(target, model=model, eval_file=eval_file, adapter=adapter, api_key_env=api_key_env,
                                  min_score=min_score, ca_cert=ca_cert, insecure=insecure))  # fmt: skip
@@ -425,7 +425,7 @@ def workload_inspect(
     block_size: int | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Sessions, turns, token distributions, arrival span and prefix reuse of a spec or data file; sends nothing."""
-    from loadgen.workload_cmd import inspect_command
+    from loadgen.commands.workload import inspect_command
 
     inspect_command(name, fmt, workload_options, seed, tokenizer, num_sessions, block_size, as_json)
 
@@ -442,7 +442,7 @@ def workload_analyze(
     block_size: int | None, capacities: tuple[int, ...], as_json: bool,
 ) -> None:  # fmt: skip
     """Prefix reuse, the cache-hit rate as a function of KV capacity, and session shapes; sends nothing."""
-    from loadgen.workload_cmd import analyze_command
+    from loadgen.commands.workload import analyze_command
 
     analyze_command(name, fmt, workload_options, seed, tokenizer, num_sessions, block_size, capacities, as_json)
 
@@ -459,7 +459,7 @@ def workload_anonymize(
     output: str, block_size: int, form: str,
 ) -> None:  # fmt: skip
     """Write NAME's sessions with no text: prefix-chained, salted block hashes, sizes, timings and structure."""
-    from loadgen.workload_cmd import anonymize_command
+    from loadgen.commands.workload import anonymize_command
 
     anonymize_command(name, fmt, workload_options, seed, tokenizer, num_sessions, block_size, output, form)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadgen.ab import follow_up_ttft_factors, load_summary
+from loadgen.commands.ab import follow_up_ttft_factors, load_summary
 
 from .runs import loadgen, records
 

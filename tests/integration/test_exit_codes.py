@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from loadgen.run import LOCUSTFILE
+from loadgen.commands.run import LOCUSTFILE
 
 from .runs import loadgen, sim
 

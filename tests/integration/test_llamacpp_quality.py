@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from loadgen.evalset import is_correct, load_eval_set
-from loadgen.quality import evaluate, format_quality
+from loadgen.commands.evalset import is_correct, load_eval_set
+from loadgen.commands.quality import evaluate, format_quality
 from targets.llamacpp.launcher import start_llama_servers
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]

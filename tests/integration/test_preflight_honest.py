@@ -56,8 +56,8 @@ def test_a_body_that_never_completes_a_line_ends_at_the_deadline(hostile):
 
 
 def test_loadgen_run_passes_its_timeouts_to_the_preflight(hostile):
-    from loadgen.run import RunOptions
-    from loadgen.run import preflight as run_preflight
+    from loadgen.commands.run import RunOptions
+    from loadgen.commands.run import preflight as run_preflight
 
     t0 = time.monotonic()
     with pytest.raises(UserError, match="headers incomplete after 1 s"):

@@ -26,8 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from analysis.hlog import clamp_us
 from analysis.records import metric_values, tag_label
 from loadgen.cli import main
+from loadgen.commands.run import LOCUSTFILE
 from loadgen.live.prometheus import HISTOGRAMS
-from loadgen.run import LOCUSTFILE
 from tests.conftest import free_port
 
 from .runs import LOADGEN, records, run_dir

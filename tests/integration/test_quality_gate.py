@@ -11,7 +11,7 @@ import pytest
 from analysis.report import render_report
 from analysis.summary import summarize
 from analysis.summary_format import format_summary
-from loadgen.evalset import load_eval_set
+from loadgen.commands.evalset import load_eval_set
 from targets.sim.answers import WRONG_ANSWER
 
 from .runs import loadgen, records, sim, truth

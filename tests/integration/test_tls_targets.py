@@ -98,8 +98,8 @@ def test_tls_options_are_checked(tmp_path, tls_server):
 
 
 def test_the_quality_eval_honours_the_ca_cert(tls_server):
-    from loadgen.evalset import load_eval_set
-    from loadgen.quality import evaluate
+    from loadgen.commands.evalset import load_eval_set
+    from loadgen.commands.quality import evaluate
 
     base, cert = tls_server
     items = load_eval_set(None)[:2]

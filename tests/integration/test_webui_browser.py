@@ -22,7 +22,7 @@ import requests
 
 from analysis.hlog import merge, read_histograms
 from analysis.records import parse_histogram_tag
-from loadgen.run import LOCUSTFILE
+from loadgen.commands.run import LOCUSTFILE
 from tests.conftest import free_port
 
 from .runs import records, sim, truth

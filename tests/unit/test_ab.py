@@ -1,11 +1,11 @@
-"""loadgen.ab and loadgen.demo without processes: arms, the side-by-side table, the headlines."""
+"""loadgen.commands.ab and loadgen.commands.demo without processes: arms, the side-by-side table, the headlines."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from loadgen.ab import (
+from loadgen.commands.ab import (
     follow_up_ttft_factors,
     headline,
     load_summary,
@@ -15,9 +15,9 @@ from loadgen.ab import (
     run_ab,
     side_by_side,
 )
-from loadgen.demo import demo_options, expectation_line
+from loadgen.commands.demo import demo_options, expectation_line
+from loadgen.commands.run import RunOptions
 from loadgen.errors import UserError
-from loadgen.run import RunOptions
 
 
 def summary(first_ms: float, follow_mean_ms: float, follow_p95_ms: float) -> dict:

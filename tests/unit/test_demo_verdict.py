@@ -12,9 +12,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-import loadgen.demo as demo
+import loadgen.commands.demo as demo
 from loadgen.cli import main
-from loadgen.demo import EXIT_SHAPE_NOT_MET, demo_verdict
+from loadgen.commands.demo import EXIT_SHAPE_NOT_MET, demo_verdict
 
 
 def test_the_verdict_from_the_arms_code_and_the_shape():

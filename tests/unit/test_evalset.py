@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.commands.evalset import EvalItem, is_correct, load_eval_set, normalize
 from loadgen.errors import UserError
-from loadgen.evalset import EvalItem, is_correct, load_eval_set, normalize
 
 
 @pytest.mark.parametrize(

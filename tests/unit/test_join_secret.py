@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from loadgen.commands.run import RunOptions, join_env, master_join_env
 from loadgen.errors import UserError
-from loadgen.run import RunOptions, join_env, master_join_env
 from loadgen.runtime import join_auth
 from loadgen.runtime.join_auth import (
     hostname_of,

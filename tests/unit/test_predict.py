@@ -5,10 +5,16 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.demo import CPU_WORKLOAD, demo_options
+from loadgen.commands.demo import CPU_WORKLOAD, demo_options
+from loadgen.commands.predict import (
+    arm_cache,
+    follow_up_table,
+    prefill_rate,
+    ratio_lines,
+    run_ab_with_prediction,
+)
+from loadgen.commands.run import RunOptions
 from loadgen.errors import UserError
-from loadgen.predict import arm_cache, follow_up_table, prefill_rate, ratio_lines, run_ab_with_prediction
-from loadgen.run import RunOptions
 
 
 def summary(mean_ms: float, p95_ms: float) -> dict:

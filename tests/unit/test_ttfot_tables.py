@@ -6,7 +6,7 @@ from __future__ import annotations
 from analysis.records import RequestRecord
 from analysis.sessions import step_kind_stats
 from analysis.summary_format import _dag_lines, _group_table
-from loadgen.ab import side_by_side, table_metrics
+from loadgen.commands.ab import side_by_side, table_metrics
 
 
 def rec(rid: str, kind: str, first_us: int, first_output_us: int | None) -> RequestRecord:

@@ -1,6 +1,6 @@
 """``loadgen sweep``: runs at several arrival rates, and the largest rate that holds the SLOs.
 
-Each point is a complete ``loadgen run`` (``loadgen.run.run``) with its own fresh embedded fleet
+Each point is a complete ``loadgen run`` (``loadgen.commands.run.run``) with its own fresh embedded fleet
 (or the given ``--target``) and its own results directory, ``<results>/<sweep-id>/rate-<r>/``; the
 search itself is ``analysis.grid`` (``--rates``) or ``analysis.find_max_rate`` (``--search``, a
 bisection). ``sweep.json`` is rewritten after every point (status ``running``), so a sweep that dies
@@ -22,8 +22,8 @@ from typing import Any
 import click
 import orjson
 
+from loadgen.commands.run import RunOptions, run, validate
 from loadgen.errors import UserError
-from loadgen.run import RunOptions, run, validate
 from loadgen.runtime.locust_options import new_run_id
 from loadgen.runtime.verdict import EXIT_INCOMPLETE
 
@@ -100,7 +100,7 @@ def plan_from_flags(
     """Check the sweep's own flags (before any process starts) and return the plan."""
     from analysis.slo import parse_slos
     from analysis.units import parse_rate_per_s
-    from loadgen.compare_cmd import parse_fraction
+    from loadgen.commands.compare import parse_fraction
 
     if rate_given:
         raise UserError("sweep sets the rate of each run; drop --rate and give --rates 1,2,4 or --search")

@@ -33,7 +33,7 @@ tool result takes 16-64 ms), which sets cache_aware's floor of about 40 ms.
 SmolLM2-135M, one CPU thread each) with ``demo-agents-cpu``: the same sessions scaled to an engine
 ~100x slower (``CPU_CHANGES`` says what differs). Before the arms it fits a sim profile to the
 replicas' measured speed, and after them runs the same arms on two sims with it: the simulator's
-prediction, printed beside the measurement (loadgen/predict.py).
+prediction, printed beside the measurement (loadgen/commands/predict.py).
 
 Exit code: the arms' own (the worst of their runs' verdicts: 1 request failures, 4 the generator,
 5 a run incomplete...) when any arm failed; otherwise 3 when the expected shape is not met (the
@@ -49,8 +49,8 @@ from pathlib import Path
 
 import click
 
-from loadgen.ab import follow_up_ttft_factors, load_summary, parse_arms, report_ab, run_ab
-from loadgen.run import RunOptions
+from loadgen.commands.ab import follow_up_ttft_factors, load_summary, parse_arms, report_ab, run_ab
+from loadgen.commands.run import RunOptions
 from loadgen.runtime.verdict import EXIT_SLO_MISSED
 
 DEMO_ARMS = "round_robin=sglang:round_robin,cache_aware=sglang:cache_aware"
@@ -194,7 +194,7 @@ def run_demo(
 
 def run_llama_demo(*, quick: bool, results: str, max_schedule_lag: str | None = None) -> int:
     """The A/B on two real llama-server replicas, then on two sims fitted to them (the prediction)."""
-    from loadgen.predict import report_prediction, run_ab_with_prediction
+    from loadgen.commands.predict import report_prediction, run_ab_with_prediction
 
     arms = parse_arms(DEMO_ARMS)
     opts = demo_options(quick=quick, results=results, engine="llama-server", max_schedule_lag=max_schedule_lag)

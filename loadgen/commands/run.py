@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from loadgen import server_metrics
+from loadgen.commands import server_scrape
 from loadgen.engine.worker_clock import MAX_CLOCK_OFFSET_DEFAULT, parse_max_clock_offset
 from loadgen.errors import UserError
 from loadgen.runtime.locust_options import new_run_id
@@ -32,7 +32,7 @@ from loadgen.runtime.loss_timeouts import (
 from loadgen.runtime.stop_request import STOP_SIGNAL
 from loadgen.runtime.verdict import EXIT_CODES, EXIT_INCOMPLETE
 
-LOCUSTFILE = str(Path(__file__).with_name("locustfile.py"))
+LOCUSTFILE = str(Path(__file__).parent.parent / "locustfile.py")  # at its documented path: loadgen/locustfile.py
 
 
 @dataclass
@@ -110,7 +110,7 @@ class RunOptions:
     prometheus_linger: str = "0s"
     html: bool = False
     quiet: bool = False
-    # quality gate before load (loadgen/quality.py): refuse the run below this score
+    # quality gate before load (loadgen/commands/quality.py): refuse the run below this score
     quality_gate: float | None = None
     quality_eval: str | None = None
     extra_locust_args: list[str] = field(default_factory=list)
@@ -209,7 +209,7 @@ def validate(opts: RunOptions) -> None:
 
     checked_adapter(opts.adapter, parse_adapter_options(opts.adapter_options or ""))
     if opts.quality_gate is not None or opts.quality_eval:
-        from loadgen.quality import validate_gate
+        from loadgen.commands.quality import validate_gate
 
         validate_gate(opts.quality_gate, opts.quality_eval)
 
@@ -381,7 +381,7 @@ def _sim_answers(opts: RunOptions) -> list[str]:
     """An embedded sim is told the quality eval's answers: the gate then checks the plumbing."""
     if opts.quality_gate is None and not opts.quality_eval:
         return []
-    from loadgen.quality import sim_answers_file
+    from loadgen.commands.quality import sim_answers_file
 
     return ["--answers", sim_answers_file(opts.quality_eval)]
 
@@ -518,14 +518,14 @@ def run(opts: RunOptions) -> int:
         if opts.expect:
             info["expect"] = opts.expect
         if opts.quality_gate is not None or opts.quality_eval:
-            from loadgen.quality import gate_before_load
+            from loadgen.commands.quality import gate_before_load
 
             gate_before_load(opts, url, info)
         with tempfile.NamedTemporaryFile("wb", suffix=".json", prefix="loadgen-target-", delete=False) as f:
             f.write(orjson.dumps(info))
             info_path = f.name
-        metrics_urls = server_metrics.endpoints(url, info)
-        before = server_metrics.snapshot(metrics_urls)
+        metrics_urls = server_scrape.endpoints(url, info)
+        before = server_scrape.snapshot(metrics_urls)
         try:
             argv = locust_args(opts, url, info_path) + process_args(opts)
             argv += opts.extra_locust_args
@@ -537,7 +537,7 @@ def run(opts: RunOptions) -> int:
             code = master_died(code, run_dir)
         if run_dir.is_dir():
             try:
-                server_metrics.write(run_dir, metrics_urls, before, server_metrics.snapshot(metrics_urls))
+                server_scrape.write(run_dir, metrics_urls, before, server_scrape.snapshot(metrics_urls))
             except OSError:
                 pass  # a full or read-only disk: the run already stopped on it, and its verdict stays the last line
     if opts.html and (run_dir / "run.json").exists():

@@ -17,10 +17,10 @@ import orjson
 
 from analysis.records import SUMMARY_FILE
 from analysis.units import format_duration_us
+from loadgen.commands.run import RunOptions, run
+from loadgen.commands.server_scrape import SERVER_METRICS_FILE
 from loadgen.errors import UserError
-from loadgen.run import RunOptions, run
 from loadgen.runtime.locust_options import new_run_id
-from loadgen.server_metrics import SERVER_METRICS_FILE
 
 AB_STATS = ("mean", "p50", "p95", "p99")
 AB_METRICS = ("ttft", "tpot", "itl", "e2e")

@@ -19,11 +19,11 @@ import orjson
 
 from analysis.records import REQUESTS_FILE
 from analysis.units import format_duration_us
-from loadgen.ab import follow_up_ttft_factors, load_summary, run_ab, summary_stat
+from loadgen.commands.ab import follow_up_ttft_factors, load_summary, run_ab, summary_stat
+from loadgen.commands.run import RunOptions
+from loadgen.commands.server_scrape import SERVER_METRICS_FILE
 from loadgen.errors import UserError
-from loadgen.run import RunOptions
 from loadgen.runtime.locust_options import new_run_id
-from loadgen.server_metrics import SERVER_METRICS_FILE
 
 CALIBRATION_DIR = "calibration"
 PROFILE_FILE = "profile.json"

@@ -1,6 +1,6 @@
 """The quality gate: a small exact-match evaluation, greedy, through the run's own adapter.
 
-``evaluate`` sends each item of an eval set (``loadgen.evalset``) to the target one at a time,
+``evaluate`` sends each item of an eval set (``loadgen.commands.evalset``) to the target one at a time,
 with temperature 0 and the item's small ``max_tokens``, under a fixed system instruction
 (``SYSTEM_PROMPT``), and judges each reply. A request that fails is a wrong answer with its error
 kept: the gate asks whether the target answers correctly, and a target that does not answer does
@@ -19,11 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loadgen.commands.evalset import EvalItem, default_eval_path, is_correct, load_eval_set
 from loadgen.errors import UserError
-from loadgen.evalset import EvalItem, default_eval_path, is_correct, load_eval_set
 
 if TYPE_CHECKING:
-    from loadgen.run import RunOptions
+    from loadgen.commands.run import RunOptions
 
 __all__ = [
     "SYSTEM_PROMPT",
