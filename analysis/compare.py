@@ -6,7 +6,7 @@ metric (ttft, tpot, itl, e2e, ttft_sched), turn class (all, first, follow-up) an
 verdict per headline metric.
 
 A and B are each run's own figures, as summary.json (and the demo, report, gate and sweep) give
-them: ``summary.distribution`` of the HDR histograms of the run's measured requests
+them: ``analysis.distribution`` of the HDR histograms of the run's measured requests
 (``hdr.percentile_values``, the one percentile of docs/metrics.md), bit for bit. The bootstrap
 resamples the per-request records (raw values: the paired requests when the runs pair up), whose
 own estimate (linear interpolation between raw values, over the pairs) can differ from the HDR
@@ -43,10 +43,11 @@ from hdrh.histogram import HdrHistogram
 
 from analysis import hdr, hlog
 from analysis.bootstrap import Interval, Sample, bootstrap
+from analysis.distribution import distribution
 from analysis.errors import ResultsError
 from analysis.records import RequestRecord, parse_histogram_tag, tag_label
 from analysis.results import RunResults, load_results
-from analysis.summary import distribution, summarize_results
+from analysis.summary import summarize_results
 
 COMPARE_SCHEMA_VERSION = 1
 METRICS = ("ttft", "tpot", "itl", "e2e", "ttft_sched", "ttfot", "tpot_output")

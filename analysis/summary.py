@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 from hdrh.histogram import HdrHistogram
 
-from analysis import generator_health, hdr, hlog
+from analysis import generator_health, hlog
+from analysis.distribution import PERCENTILES, distribution
 from analysis.prompt_check import prompt_tokens_check
 from analysis.records import (
     CLIENT_ERROR_CATEGORIES,
@@ -43,7 +44,6 @@ from analysis.ttft_split import ttft_split
 from analysis.usage_check import usage_check, usage_note
 
 SUMMARY_SCHEMA_VERSION = 1
-PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 DEFAULT_SATURATION_LAG_MS = 10.0
 TURN_CLASSES = ("first", "follow-up")
 
@@ -177,31 +177,6 @@ def summarize_results(
         out[f"by_{label_key}"] = {
             v: ctx.target_group([t for t in targets if t["labels"].get(label_key) == v]) for v in values
         }
-    return out
-
-
-def distribution(
-    h: HdrHistogram | None, *, unit: str = "ms", percentiles: tuple[float, ...] = PERCENTILES
-) -> dict[str, Any]:
-    """count, unit, min, mean, max and each percentile (``p50`` .. ``p99.9``) of an HDR histogram.
-
-    Durations (µs in the histogram) are reported in ms; ``unit="tokens"`` reports raw values.
-    Values are hdrh's own (a percentile is the highest value equivalent to its bucket).
-    """
-    n = 0 if h is None else h.get_total_count()
-    out: dict[str, Any] = {"count": n, "unit": unit}
-    keys = ["min", "mean", "max", *(stat_key(p) for p in percentiles)]
-    if not n:
-        out.update(dict.fromkeys(keys))
-        return out
-    assert h is not None
-    scale = 1000.0 if unit == "ms" else 1.0
-    b = hdr.bins(h)
-    out["min"] = _r(int(b.lowest[0]) / scale)
-    out["mean"] = _r(hdr.mean(b) / scale)
-    out["max"] = _r(int(b.highest[-1]) / scale)
-    for p, v in zip(percentiles, hdr.value_at_percentiles(b, percentiles), strict=True):
-        out[stat_key(p)] = _r(v / scale)
     return out
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from analysis import hlog
+from analysis.distribution import PERCENTILES, distribution
 from analysis.records import RequestRecord
 
 __all__ = ["SPLIT_SOURCE", "prefill_us", "ttft_split"]
@@ -67,9 +68,6 @@ def ttft_split(
 
 
 def _group(with_ttft: list[RequestRecord], percentiles: tuple[float, ...] | None) -> dict[str, Any]:
-    # Imported here: analysis.summary imports this module.
-    from analysis.summary import PERCENTILES, distribution
-
     pct = percentiles or PERCENTILES
     ttft_h, prefill_h, rest_h = hlog.new_histogram(), hlog.new_histogram(), hlog.new_histogram()
     n = below = 0

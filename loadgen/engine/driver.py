@@ -13,7 +13,6 @@ the same way as arrivals.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from gevent.pool import Pool
 from analysis.records import RequestRecord
 from loadgen.config import Plan, RunConfig
 from loadgen.engine.session import InFlight, SessionContext, run_session, sleep_until_ns
+from loadgen.engine.trace_file import trace_path_here
 from loadgen.errors import UserError
 from targets.registry import get_adapter
 from workloads import arrivals
@@ -136,7 +136,7 @@ def global_schedule(cfg: RunConfig, workload, *, count: bool = True) -> Schedule
         if cfg.arrival == "trace":
             # A trace bounds itself: take it whole, then cut to the sessions and duration asked.
             if cfg.trace_path:
-                offsets = arrivals.trace(_trace_path(cfg), time_scale=cfg.trace_time_scale)
+                offsets = arrivals.trace(trace_path_here(cfg), time_scale=cfg.trace_time_scale)
             else:
                 offsets = workload.arrival_offsets()
                 if offsets is None:
@@ -227,20 +227,6 @@ def session_lead_ns(connect_s: float | None) -> int:
     if connect_s is None:
         return MIN_SESSION_LEAD_NS
     return int(min(MAX_SESSION_LEAD_NS, max(MIN_SESSION_LEAD_NS, 2 * connect_s * 1e9)))
-
-
-def _trace_path(cfg) -> str:
-    if cfg.trace_text is not None and not (cfg.trace_path and os.path.exists(cfg.trace_path)):
-        import tempfile
-
-        suffix = os.path.splitext(cfg.trace_path or "trace.txt")[1]
-        fd, path = tempfile.mkstemp(prefix="loadgen-trace-", suffix=suffix)
-        with os.fdopen(fd, "w") as f:
-            f.write(cfg.trace_text)
-        return path
-    if not cfg.trace_path:
-        raise UserError("--arrival trace needs --trace FILE")
-    return cfg.trace_path
 
 
 class Driver:

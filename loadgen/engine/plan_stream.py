@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from loadgen.config import RunConfig
+from loadgen.engine.trace_file import trace_path_here
 from loadgen.errors import UserError
 from workloads import arrivals
 from workloads.errors import WorkloadError
@@ -204,9 +205,7 @@ def _generated(cfg: RunConfig, workload: StreamedTraceWorkload) -> StreamedSched
     else:
         available = n = workload.num_sessions
     if cfg.arrival == "trace":
-        from loadgen.engine.driver import _trace_path
-
-        offsets = arrivals.trace(_trace_path(cfg), time_scale=cfg.trace_time_scale)
+        offsets = arrivals.trace(trace_path_here(cfg), time_scale=cfg.trace_time_scale)
         if cfg.trace_rate_per_s is not None:
             offsets = arrivals.rescale(offsets, rate_per_s=cfg.trace_rate_per_s)
         offsets = offsets[:n]

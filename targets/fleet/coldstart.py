@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from targets.adapters.base import ChatRequest
 from targets.adapters.openai import OpenAIChatAdapter
+from targets.fleet.procs import LOOPBACK, http_get
 from targets.oneshot import send_one
 
 if TYPE_CHECKING:
@@ -121,8 +122,6 @@ class ColdStartWatch:
         time.sleep(POLL_S)
 
     def _watch(self) -> None:
-        from targets.fleet.procs import LOOPBACK, http_get
-
         port = self._port
         while port is None:
             port = self._port_from_log()
