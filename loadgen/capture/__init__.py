@@ -11,8 +11,24 @@ output length and, for Responses, its id), ``redact`` (same-shape filler), ``ano
 hashes instead of text), ``writer`` (the crash-safe session file). docs/workloads.md "Capturing live traffic" is the
 user's guide."""
 
-from loadgen.capture.assembly import CaptureStats, SessionAssembler
-from loadgen.capture.redact import redact
-from loadgen.capture.service import CaptureOptions, run_capture
+from __future__ import annotations
 
-__all__ = ["CaptureOptions", "CaptureStats", "SessionAssembler", "redact", "run_capture"]
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "CaptureOptions": "service",
+    "CaptureStats": "assembly",
+    "SessionAssembler": "assembly",
+    "run_capture": "service",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: the CLI imports this package for every ``loadgen capture``, the
+    # assembler process never needs the relay's aiohttp.
+    if name in _EXPORTS:
+        return getattr(import_module(f"loadgen.capture.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
