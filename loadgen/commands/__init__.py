@@ -1,8 +1,7 @@
 """The commands: one module per ``loadgen`` command (and the helpers only commands use).
 
 The CLI (``loadgen.cli``) imports a command's module when that command runs, so ``loadgen --help``
-loads none of them; nothing below the commands imports them (a test checks). Each module's entry
-function is named after the command it serves (``run.run``, ``ab.run_ab``, ...).
+loads none of them; nothing below the commands imports them (a test checks).
 """
 
 from __future__ import annotations
