@@ -21,7 +21,6 @@ import argparse
 import random
 import statistics
 import time
-from types import SimpleNamespace
 
 from gevent import monkey
 
@@ -35,6 +34,7 @@ from loadgen.engine.recorder import MetricsAggregate, Recorder  # noqa: E402
 from loadgen.live import metrics_endpoint  # noqa: E402
 from loadgen.live.exposition import render  # noqa: E402
 from loadgen.live.prometheus import collect  # noqa: E402
+from loadgen.live.snapshot import RunSnapshot  # noqa: E402
 
 
 def _records(n: int, tenants: int, targets: int, tokens: int, rng: random.Random) -> list[RequestRecord]:
@@ -80,10 +80,10 @@ def main() -> None:
     agg.merge(delta)
     merge_s = time.perf_counter() - t
 
-    rt = SimpleNamespace(
-        config=RunConfig(run_id="bench", workload="agentic-coding", rate_per_s=10.0), aggregate=agg, role="master",
-        slots={"w": 0}, lost={}, standby=[], t0_unix_s=time.time(), t_end_unix_s=None,
-        _in_flight_summary=lambda: (args.requests, 10, 5),
+    rt = RunSnapshot(
+        config=RunConfig(run_id="bench", workload="agentic-coding", rate_per_s=10.0), aggregate=agg,
+        t0_unix_s=time.time(), t_end_unix_s=None, sessions_started=args.requests, sessions_in_flight=10,
+        requests_in_flight=5, workers={"active": 1, "lost": 0, "standby": 0},
     )  # fmt: skip
     renders = []
     for _ in range(args.scrapes):
@@ -91,7 +91,7 @@ def main() -> None:
         body = render(collect(rt))
         renders.append(time.perf_counter() - t)
 
-    endpoint = metrics_endpoint.MetricsEndpoint(rt, "127.0.0.1", 0)
+    endpoint = metrics_endpoint.MetricsEndpoint(lambda: rt, "127.0.0.1", 0)
     endpoint.start()
     assert endpoint._server is not None
     endpoint.port = endpoint._server.server_port

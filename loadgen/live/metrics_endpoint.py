@@ -33,6 +33,7 @@ from analysis.units import parse_duration_s
 from loadgen.errors import UserError
 from loadgen.live.exposition import CONTENT_TYPE, render
 from loadgen.live.prometheus import collect
+from loadgen.live.snapshot import SnapshotSource
 
 log = logging.getLogger("loadgen")
 
@@ -64,8 +65,8 @@ def check_bindable(host: str, port: int) -> None:
 
 
 class MetricsEndpoint:
-    def __init__(self, runtime: Any, host: str, port: int, linger_s: float = 0.0) -> None:
-        self.rt = runtime
+    def __init__(self, snapshot: SnapshotSource, host: str, port: int, linger_s: float = 0.0) -> None:
+        self._snapshot = snapshot
         self.host = host
         self.port = port
         self.linger_s = linger_s
@@ -98,7 +99,7 @@ class MetricsEndpoint:
         now = time.monotonic()
         if self._cache is not None and (self._final or now - self._cache[0] < CACHE_S):
             return self._cache[1]
-        body = render(collect(self.rt))
+        body = render(collect(self._snapshot()))
         self._cache = (now, body)
         return body
 
@@ -140,7 +141,7 @@ class MetricsEndpoint:
         if self._lingering:
             self._stop_linger.set()
             return
-        if self.linger_s <= 0 or self._server is None or self.rt.t_end_unix_s is None:
+        if self.linger_s <= 0 or self._server is None or self._snapshot().t_end_unix_s is None:
             return
         self._lingering = True
         print(f"final metrics served at {self.url} for {self.linger_s:g} s", file=sys.stderr, flush=True)
@@ -150,7 +151,7 @@ class MetricsEndpoint:
             pass
 
 
-def install_endpoint(environment: Any, runtime: Any) -> MetricsEndpoint | None:
+def install_endpoint(environment: Any, snapshot: SnapshotSource) -> MetricsEndpoint | None:
     """Start the endpoint when ``--prometheus-port`` is given; a bind failure exits 2 with one line."""
     options = environment.parsed_options
     port = int(getattr(options, "prometheus_port", 0) or 0)
@@ -159,7 +160,7 @@ def install_endpoint(environment: Any, runtime: Any) -> MetricsEndpoint | None:
     host = getattr(options, "prometheus_host", "127.0.0.1") or "127.0.0.1"
     try:
         linger_s = parse_duration_s(getattr(options, "prometheus_linger", "0s") or "0s")
-        endpoint = MetricsEndpoint(runtime, host, port, linger_s)
+        endpoint = MetricsEndpoint(snapshot, host, port, linger_s)
         endpoint.start()
     except (UserError, ValueError) as e:
         message = e.message if isinstance(e, UserError) else f"--prometheus-linger: {e}"

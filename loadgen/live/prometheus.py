@@ -1,4 +1,4 @@
-"""What the master's ``/metrics`` endpoint exports: metric families built from the runtime's state.
+"""What the master's ``/metrics`` endpoint exports: metric families built from a ``RunSnapshot``.
 
 Everything comes from what the master (or the single local process) already keeps for the run:
 the exactly merged cumulative HDR histograms, the per-label totals counted as records arrive, and
@@ -17,6 +17,7 @@ from analysis.hdr import value_at_percentile
 from analysis.hlog import new_histogram
 from analysis.records import ERROR_CATEGORIES, parse_histogram_tag
 from loadgen.live.exposition import COUNTER, GAUGE, HISTOGRAM, BucketLayout, Family, add_histogram
+from loadgen.live.snapshot import RunSnapshot
 
 LABEL_NAMES = ("turn_class", "tenant", "target")
 
@@ -71,15 +72,15 @@ def bucket_layout() -> BucketLayout:
     return BucketLayout.for_histogram(new_histogram())
 
 
-def collect(rt: Any) -> list[Family]:
-    """Every family for the runtime's current run (none before the first run starts)."""
-    cfg = rt.config
+def collect(snap: RunSnapshot) -> list[Family]:
+    """Every family for the current run (none before the first run starts)."""
+    cfg = snap.config
     if cfg is None:
         return []
     fams = {name: Family(name, COUNTER, text) for name, text in COUNTERS.items()}
     fams.update({name: Family(name, GAUGE, text) for name, text in GAUGES.items()})
-    agg = rt.aggregate
-    _add_run(fams, rt, cfg)
+    agg = snap.aggregate
+    _add_run(fams, snap, cfg)
     histograms = _histograms(agg)
     for key, totals in sorted(agg.by_labels.items()):
         labels = dict(zip(LABEL_NAMES, key, strict=True))
@@ -93,10 +94,9 @@ def collect(rt: Any) -> list[Family]:
         fams["loadgen_input_tokens_total"].add(totals.input_tokens, labels)
     if agg.slo_total:
         fams["loadgen_requests_meeting_slo_total"].add(agg.slo_met)
-    started, sessions, requests = rt._in_flight_summary()
-    fams["loadgen_sessions_started_total"].add(started)
-    fams["loadgen_sessions_in_flight"].add(sessions)
-    fams["loadgen_requests_in_flight"].add(requests)
+    fams["loadgen_sessions_started_total"].add(snap.sessions_started)
+    fams["loadgen_sessions_in_flight"].add(snap.sessions_in_flight)
+    fams["loadgen_requests_in_flight"].add(snap.requests_in_flight)
     lag = agg.combined("schedule_lag")
     if lag.get_total_count():
         fams["loadgen_schedule_lag_p99_seconds"].add(value_at_percentile(lag, 99.0) / 1e6)
@@ -118,7 +118,7 @@ def _histograms(agg: Any) -> list[Family]:
     return list(fams.values())
 
 
-def _add_run(fams: dict[str, Family], rt: Any, cfg: Any) -> None:
+def _add_run(fams: dict[str, Family], snap: RunSnapshot, cfg: Any) -> None:
     info = {
         "run_id": cfg.run_id,
         "workload": cfg.workload,
@@ -128,14 +128,10 @@ def _add_run(fams: dict[str, Family], rt: Any, cfg: Any) -> None:
         "rate_per_s": "" if cfg.rate_per_s is None or cfg.concurrency else f"{cfg.rate_per_s:g}",
     }
     fams["loadgen_run_info"].add(1, info)
-    fams["loadgen_run_start_time_seconds"].add(rt.t0_unix_s)
-    fams["loadgen_run_end_time_seconds"].add(rt.t_end_unix_s or 0.0)
-    if rt.role == "master":
-        active = sum(1 for w in rt.slots if w not in rt.lost)
-        for state, n in (("active", active), ("lost", len(rt.lost)), ("standby", len(rt.standby))):
-            fams["loadgen_workers"].add(n, {"state": state})
-    elif rt.driver is not None:
-        fams["loadgen_workers"].add(1, {"state": "active"})
+    fams["loadgen_run_start_time_seconds"].add(snap.t0_unix_s)
+    fams["loadgen_run_end_time_seconds"].add(snap.t_end_unix_s or 0.0)
+    for state, n in snap.workers.items():
+        fams["loadgen_workers"].add(n, {"state": state})
 
 
 __all__ = ["EXPORTED_NAMES", "HISTOGRAMS", "LABEL_NAMES", "bucket_layout", "collect"]

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from analysis.hdr import percentile_values
+from loadgen.live.snapshot import SnapshotSource
 
 LIVE_METRICS = ("ttft", "ttfot", "tpot", "itl", "e2e", "schedule_lag")
 TURN_CLASSES = (None, "first", "follow-up")
@@ -35,10 +36,10 @@ def _per_s(count: float, window_s: float) -> float:
 
 
 class LiveView:
-    """Live numbers for the UI, from the runtime's merged histograms (cached for one second)."""
+    """Live numbers for the UI, from the run's merged histograms (cached for one second)."""
 
-    def __init__(self, runtime: Any) -> None:
-        self.rt = runtime
+    def __init__(self, snapshot: SnapshotSource) -> None:
+        self._snapshot = snapshot
         self._cache: tuple[float, dict[str, Any]] | None = None
         self.history: list[dict[str, Any]] = []
         self._reset_unix_s = 0.0  # rates count from the run's start or the last reset, if later
@@ -62,7 +63,8 @@ class LiveView:
         now = time.monotonic()
         if self._cache is not None and now - self._cache[0] < 1.0:
             return self._cache[1]
-        agg = self.rt.aggregate
+        snap = self._snapshot()
+        agg = snap.aggregate
         rows = []
         for metric in LIVE_METRICS:
             for tc in TURN_CLASSES:
@@ -79,19 +81,18 @@ class LiveView:
                         "p99_ms": _ms(p99) if n else None,
                     }
                 )
-        started, sessions, on_wire = self.rt._in_flight_summary()
-        t0 = self.rt.t0_unix_s
+        t0 = snap.t0_unix_s
         # A finished run's clock stops at its end, so its rates stay what they were.
-        end = self.rt.t_end_unix_s or time.time()
+        end = snap.t_end_unix_s or time.time()
         elapsed = max(0.0, end - t0) if t0 else 0.0
         window = end - max(t0, self._reset_unix_s) if t0 else 0.0
         run = [
-            ("run", self.rt.config.run_id if self.rt.config else "-"),
-            ("mode", self.rt.config.mode if self.rt.config else "-"),
+            ("run", snap.config.run_id if snap.config else "-"),
+            ("mode", snap.config.mode if snap.config else "-"),
             ("elapsed", f"{elapsed:.1f}s"),
-            ("sessions started", started),
-            ("sessions in flight", sessions),
-            ("requests on the wire", on_wire),
+            ("sessions started", snap.sessions_started),
+            ("sessions in flight", snap.sessions_in_flight),
+            ("requests on the wire", snap.requests_in_flight),
             ("requests done", agg.requests),
             ("requests/s", _per_s(agg.requests, window)),
             ("output tokens/s", _per_s(agg.output_tokens, window)),
@@ -112,8 +113,9 @@ class LiveView:
 
     def record_history_point(self) -> None:
         """Called once per flush: p50/p95/p99 of the last interval, per metric (all turn classes)."""
-        point: dict[str, Any] = {"t": round(time.time() - self.rt.t0_unix_s, 1)}
-        for metric, h in self.rt.aggregate.last_interval_by_metric().items():
+        snap = self._snapshot()
+        point: dict[str, Any] = {"t": round(time.time() - snap.t0_unix_s, 1)}
+        for metric, h in snap.aggregate.last_interval_by_metric().items():
             if h.get_total_count():
                 point[metric] = [_ms(v) for v in percentile_values(h, LIVE_PERCENTILES)]
         self.history.append(point)
@@ -121,14 +123,14 @@ class LiveView:
             self.history = self.history[::2]
 
 
-def install_web_ui(environment: Any, runtime: Any) -> None:
+def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | None:
+    """Add the LLM tabs and routes to Locust's web UI (None when it has none)."""
     web_ui = environment.web_ui
     if web_ui is None:
-        return
+        return None
     from flask import Response, request
 
-    view = LiveView(runtime)
-    runtime.live_view = view
+    view = LiveView(snapshot)
     web_ui.template_args["extended_tabs"] = [
         {"title": "LLM", "key": "llm"},
         {"title": "LLM run", "key": "llm-run"},
@@ -171,6 +173,8 @@ def install_web_ui(environment: Any, runtime: Any) -> None:
     @web_ui.auth_required_if_enabled
     def _charts() -> Any:
         return Response(render_charts_page(view.history, view.snapshot()), mimetype="text/html")
+
+    return view
 
 
 def _svg_chart(title: str, points: list[tuple[float, list[float | None]]], width: int = 560, height: int = 220) -> str:

@@ -51,6 +51,7 @@ from loadgen.engine.worker_clock import (
 )
 from loadgen.errors import UserError
 from loadgen.live.progress import ProgressLine
+from loadgen.live.snapshot import RunSnapshot
 from loadgen.runtime.accounting import Accounting, Share
 from loadgen.runtime.file_ship import (
     MSG_FILE_CHUNK,
@@ -269,11 +270,11 @@ class LoadgenRuntime:
         if self.role in ("master", "local") and getattr(self.env, "web_ui", None) is not None:
             from loadgen.live.webui import install_web_ui
 
-            install_web_ui(self.env, self)
+            self.live_view = install_web_ui(self.env, self.snapshot)
         if self.role in ("master", "local"):
             from loadgen.live.metrics_endpoint import install_endpoint
 
-            self.endpoint = install_endpoint(self.env, self)
+            self.endpoint = install_endpoint(self.env, self.snapshot)
         if self.role == "master":
             apply_to_master(self.worker_loss_timeout_s)
             # Locust's spawn copies the master's own options into each worker's: without this, the
@@ -781,6 +782,28 @@ class LoadgenRuntime:
         log.error("%s; stopping the run", failed)
         print(f"Error: {failed}; stopping the run", file=sys.stderr, flush=True)
         self._request_stop()
+
+    def snapshot(self) -> RunSnapshot:
+        """What the live views show of the current run (``loadgen.live.snapshot``)."""
+        started, sessions, requests = self._in_flight_summary()
+        if self.role == "master":
+            workers = {
+                "active": sum(1 for w in self.slots if not self._out_of_run(w)),
+                "lost": sum(1 for w in self.lost if self._out_of_run(w)),
+                "standby": len(self.standby),
+            }
+        else:
+            workers = {"active": 1} if self.driver is not None else {}
+        return RunSnapshot(
+            config=self.config,
+            aggregate=self.aggregate,
+            t0_unix_s=self.t0_unix_s,
+            t_end_unix_s=self.t_end_unix_s,
+            sessions_started=started,
+            sessions_in_flight=sessions,
+            requests_in_flight=requests,
+            workers=workers,
+        )
 
     def _in_flight_summary(self) -> tuple[int, int, int]:
         """(sessions started, sessions in flight, requests in flight) over all workers."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,6 +19,7 @@ from loadgen.config import RunConfig
 from loadgen.engine.recorder import MetricsAggregate, Recorder
 from loadgen.live.exposition import render
 from loadgen.live.prometheus import EXPORTED_NAMES, collect
+from loadgen.live.snapshot import RunSnapshot
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "k8s" / "grafana" / "loadgen-dashboard.json"
 # Labels Prometheus adds to every scraped series.
@@ -50,9 +50,10 @@ def _exported_labels() -> dict[str, set[str]]:
         recorder.record_request(rec)
     agg = MetricsAggregate()
     agg.merge(recorder.take_delta())
-    rt = SimpleNamespace(
-        config=RunConfig(run_id="r", workload="tiny", rate_per_s=1.0), aggregate=agg, role="master", slots={"w": 0},
-        lost={}, standby=[], t0_unix_s=1.0, t_end_unix_s=None, _in_flight_summary=lambda: (1, 1, 1),
+    rt = RunSnapshot(
+        config=RunConfig(run_id="r", workload="tiny", rate_per_s=1.0), aggregate=agg, t0_unix_s=1.0,
+        t_end_unix_s=None, sessions_started=1, sessions_in_flight=1, requests_in_flight=1,
+        workers={"active": 1, "lost": 0, "standby": 0},
     )  # fmt: skip
     out: dict[str, set[str]] = {}
     for fam in text_string_to_metric_families(render(collect(rt))):

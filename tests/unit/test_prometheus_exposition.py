@@ -8,7 +8,6 @@ prometheus_client's own parser, the reference for what Prometheus accepts.
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,6 +25,7 @@ from loadgen.live.exposition import (
     render,
 )
 from loadgen.live.prometheus import EXPORTED_NAMES, HISTOGRAMS, bucket_layout, collect
+from loadgen.live.snapshot import RunSnapshot
 
 
 def test_bucket_bounds_are_hdr_edges_near_the_nominal_ones() -> None:
@@ -88,10 +88,10 @@ def test_a_run_exports_exact_counts_sums_and_labels() -> None:
         recorder.record_request(r)
     agg = MetricsAggregate()
     agg.merge(recorder.take_delta())
-    rt = SimpleNamespace(
+    rt = RunSnapshot(
         config=RunConfig(run_id="run-1", workload="tiny", seed=3, rate_per_s=2.0),
-        aggregate=agg, role="local", driver=object(), t0_unix_s=1_700_000_000.0, t_end_unix_s=None,
-        _in_flight_summary=lambda: (12, 2, 1),
+        aggregate=agg, t0_unix_s=1_700_000_000.0, t_end_unix_s=None,
+        sessions_started=12, sessions_in_flight=2, requests_in_flight=1, workers={"active": 1},
     )  # fmt: skip
     fams = {f.name: f for f in text_string_to_metric_families(render(collect(rt)))}
 
@@ -136,7 +136,7 @@ def test_a_run_exports_exact_counts_sums_and_labels() -> None:
 
 
 def test_no_run_yet_exports_nothing() -> None:
-    rt = SimpleNamespace(config=None)
+    rt = RunSnapshot(config=None, aggregate=MetricsAggregate(), t0_unix_s=0.0, t_end_unix_s=None)
     assert render(collect(rt)) == ""
 
 

@@ -1,0 +1,65 @@
+"""What the live views see of the workers: the runtime's own accounting, a returned worker active.
+
+The master's bookkeeping runs in a child process (loadgen.runtime imports Locust, which patches
+the standard library with gevent; this test process must stay unpatched).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, time
+    from types import SimpleNamespace
+    from prometheus_client.parser import text_string_to_metric_families
+    from loadgen.config import RunConfig
+    from loadgen.live.exposition import render
+    from loadgen.live.prometheus import collect
+    from loadgen.runtime.locust_runtime import LoadgenRuntime
+
+    class Runner:
+        clients = {}
+        def send_message(self, *args, **kwargs): pass
+        def quit(self): pass
+        def stop(self): pass
+
+    env = SimpleNamespace(runner=Runner(), parsed_options=SimpleNamespace(), events=SimpleNamespace())
+    rt = LoadgenRuntime(env)
+    rt.role = "master"
+    rt.config = RunConfig(run_id="r", workload="tiny", concurrency=2)  # a closed loop: nothing re-planned
+    rt.t0_unix_s = time.time() - 10.0
+    rt.slots = {"a_1": 0, "b_1": 1}
+
+    def exported():
+        out = {}
+        for fam in text_string_to_metric_families(render(collect(rt.snapshot()))):
+            for s in fam.samples:
+                if s.name == "loadgen_workers":
+                    out[s.labels["state"]] = s.value
+        return out
+
+    steps = {"start": exported()}
+    rt._mark_lost("a_1")
+    steps["lost"] = exported()
+    rt._readmit("a_1", {"r": [], "state": {"pid": 7}})
+    steps["back"] = exported()
+    rt._mark_lost("a_1", why="missed heartbeats")
+    steps["again"] = exported()
+    print(json.dumps(steps))
+    """
+)
+
+
+def test_prometheus_counts_a_worker_that_came_back_as_active_not_lost() -> None:
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    steps = json.loads(out.stdout.strip().splitlines()[-1])
+    assert steps["start"] == {"active": 2, "lost": 0, "standby": 0}
+    assert steps["lost"] == {"active": 1, "lost": 1, "standby": 0}
+    # Merged again (it was frozen, or its network came back): active, as run.json and the verdict say.
+    assert steps["back"] == {"active": 2, "lost": 0, "standby": 0}
+    assert steps["again"] == {"active": 1, "lost": 1, "standby": 0}
