@@ -14,6 +14,7 @@ _EXPORTS = {
     "LiveView": "webui",
     "MetricsEndpoint": "metrics_endpoint",
     "ProgressLine": "progress",
+    "RunSnapshot": "snapshot",
     "check_bindable": "metrics_endpoint",
     "collect": "prometheus",
     "install_endpoint": "metrics_endpoint",
