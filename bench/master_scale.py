@@ -6,7 +6,7 @@ For each worker count N it starts the simulated engine (once), a headless master
 prints, over a steady window of the run (after its first seconds, before its last):
 
 * the master's CPU seconds per 1,000 requests recorded, and its CPU share of one core;
-* the master's time per worker report merged (``LoadgenRuntime._merge``: histogram deltas and
+* the master's time per worker report merged (``MasterRuntime._merge``: histogram deltas and
   records, written on receipt) and per flush (``_collect``: one hlog interval, every second);
 * the master's memory: RSS at the end of the window, and its peak (VmHWM).
 

@@ -78,7 +78,7 @@ def run_info(cfg: RunConfig, *, role: str, target_info_file: str = "") -> dict[s
             "name": wl.name,
             "source": cfg.workload,
             "kind": wl.kind,
-            # A streamed trace's bytes are hashed during the run (loadgen.runtime.locust_runtime fills it in).
+            # A streamed trace's bytes are hashed during the run (loadgen.runtime.collector fills it in).
             "fingerprint": known_fingerprint(wl),
             **({"options": cfg.workload_options} if cfg.workload_options else {}),
         },

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
     from loadgen.config import RunConfig
     from loadgen.live.exposition import render
     from loadgen.live.prometheus import collect
-    from loadgen.runtime.locust_runtime import LoadgenRuntime
+    from loadgen.runtime.master import MasterRuntime
 
     class Runner:
         clients = {}
@@ -28,8 +28,7 @@ SCRIPT = textwrap.dedent(
         def stop(self): pass
 
     env = SimpleNamespace(runner=Runner(), parsed_options=SimpleNamespace(), events=SimpleNamespace())
-    rt = LoadgenRuntime(env)
-    rt.role = "master"
+    rt = MasterRuntime(env)
     rt.config = RunConfig(run_id="r", workload="tiny", concurrency=2)  # a closed loop: nothing re-planned
     rt.t0_unix_s = time.time() - 10.0
     rt.slots = {"a_1": 0, "b_1": 1}

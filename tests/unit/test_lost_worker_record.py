@@ -1,6 +1,6 @@
 """A lost worker's entry in run.json: counted once, its first loss and return never overwritten.
 
-The master's bookkeeping runs in a child process: loadgen.runtime.locust_runtime imports Locust, which patches the
+The master's bookkeeping runs in a child process: loadgen.runtime imports Locust, which patches the
 standard library with gevent, and this test process must stay unpatched.
 """
 
@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     import json, time
     from types import SimpleNamespace
     from loadgen.config import RunConfig
-    from loadgen.runtime.locust_runtime import LoadgenRuntime
+    from loadgen.runtime.master import MasterRuntime
 
     class Runner:
         clients = {}
@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent(
         def stop(self): pass
 
     env = SimpleNamespace(runner=Runner(), parsed_options=SimpleNamespace(), events=SimpleNamespace())
-    rt = LoadgenRuntime(env)
+    rt = MasterRuntime(env)
     rt.config = RunConfig(run_id="r", workload="tiny", concurrency=2)  # a closed loop: nothing re-planned
     rt.t0_unix_s = time.time() - 10.0
     rt.slots = {"a_1": 0, "b_1": 1}
