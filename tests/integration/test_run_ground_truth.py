@@ -1,13 +1,19 @@
 """What `loadgen run` measures, checked against what the simulated engine actually did.
 
-Margins: per-gap ITL errors p99 <= 2 ms and per-request TTFT errors p50 <= 1 ms, p99 <= 5 ms
-(the TTFT tail includes the sim's own accept-loop delay; see the assertion) with >= 100 concurrent streams (the sim stamps a chunk right before its socket write and a request
-when its handler starts, on the same monotonic clock as the client). The run uses the H200 profile
-slowed 10x so that 100+ streams stay within what two shared cores serve without saturating.
+Margins, with >= 100 concurrent streams: per-gap ITL errors p99 <= 2 ms; per-request TTFT errors
+p50 <= 1 ms; and each end of the TTFT interval on its own: the client's first-token stamp within
+2 ms (p99) of the sim's write of that chunk, its send stamp never after the sim's handler started
+(0.5 ms of slack). The sim stamps a chunk right before its socket write and a request when its
+handler starts, on the same monotonic clock as the client. The run uses the H200 profile slowed
+10x so that 100+ streams stay within what two shared cores serve without saturating.
+
+Why not a p99 of the whole TTFT error: the sim's handler starts after its own accept loop has
+read the request, and with 200+ streams on two shared cores that queue alone reaches 1-5 ms at
+p99. The client rightly counts it as TTFT, so the interval's tail compares two different
+things; the ends are compared one by one instead, each against the sim's own stamp.
 
 Arrivals are open loop on purpose: 100 agents connecting in the same millisecond queue in the
-sim's own accept loop for ~15 ms before its handler (and so its truth clock) starts; the client
-rightly counts that as TTFT, so such a burst would compare two different things.
+sim's own accept loop for ~15 ms before its handler (and so its truth clock) starts.
 """
 
 from __future__ import annotations
@@ -46,28 +52,44 @@ def test_client_ttft_and_itl_match_the_sims_truth_with_100_concurrent_streams(tm
     assert peak >= 100, peak
 
     ttft_err_ms, itl_err_ms = [], []
+    # Record times are µs since the run start on the worker's perf_counter; the sim's are that
+    # same clock's ns. One offset per worker maps one onto the other: the median of (sim write of
+    # the first token - client stamp of it), so the per-request deviations below are delivery
+    # jitter plus stamping error. A constant stamping lag hides in the offset but not in the
+    # TTFT median, which is checked on the raw intervals.
+    offset_us: dict[str, float] = {}
+    for worker in {rec.worker for rec in recs}:
+        mine = [rec for rec in recs if rec.worker == worker]
+        offset_us[worker] = float(np.median([t[r.request_id]["t_first_token_ns"] / 1000 - r.t_first_us for r in mine]))
+    first_dev_ms, send_lead_ms = [], []
     for rec in recs:
         tr = t[rec.request_id]
         sim_ttft_us = (tr["t_first_token_ns"] - tr["t_received_ns"]) / 1000
         ttft_err_ms.append(abs(rec.ttft_us - sim_ttft_us) / 1000)
+        off = offset_us[rec.worker]
+        first_dev_ms.append(abs(rec.t_first_us + off - tr["t_first_token_ns"] / 1000) / 1000)
+        # How long before the sim's handler started the client says it sent (>= 0 if causal).
+        send_lead_ms.append((tr["t_received_ns"] / 1000 - (rec.t_send_us + off)) / 1000)
         sim_gaps = np.diff(np.asarray(tr["t_chunks_ns"], dtype=np.int64)) / 1000
         assert len(sim_gaps) == len(rec.itl_us), rec.request_id
         itl_err_ms.extend((np.abs(np.asarray(rec.itl_us) - sim_gaps) / 1000).tolist())
         assert rec.output_tokens == tr["completion_tokens"] == rec.max_tokens
         assert rec.prompt_tokens == tr["prompt_tokens"] and rec.cached_tokens == tr["cached_tokens"]
-    ttft_p99, itl_p99 = percentile(ttft_err_ms, 99), percentile(itl_err_ms, 99)
+    ttft_p50, itl_p99 = percentile(ttft_err_ms, 50), percentile(itl_err_ms, 99)
+    first_p99 = percentile(first_dev_ms, 99)
     with capsys.disabled():
         print(
             f"\n[ground truth] {len(recs)} requests, peak concurrency {peak}: |TTFT err| p50 "
-            f"{percentile(ttft_err_ms, 50):.3f} ms p99 {ttft_p99:.3f} ms; |ITL err| p50 "
+            f"{ttft_p50:.3f} ms p99 {percentile(ttft_err_ms, 99):.3f} ms; first-token stamp vs sim "
+            f"write p99 {first_p99:.3f} ms; send before sim handler p50 {percentile(send_lead_ms, 50):.3f} "
+            f"ms min {min(send_lead_ms):.3f} ms p99 {percentile(send_lead_ms, 99):.3f} ms; |ITL err| p50 "
             f"{percentile(itl_err_ms, 50):.3f} ms p99 {itl_p99:.3f} ms over {len(itl_err_ms)} gaps"
         )
-    # The sim's truth clock starts when its handler runs, after its own accept loop has read the
-    # request; with 200+ streams on two shared cores that queue alone reached 1.1-2.9 ms at p99
-    # (measured: client send to sim handler start), so the TTFT tail holds the sim's delay, not
-    # the client's error. The median and the ITL gaps (both clocks at the chunk) stay tight.
-    assert percentile(ttft_err_ms, 50) <= 1.0
-    assert ttft_p99 <= 5.0
+    assert ttft_p50 <= 1.0
+    assert first_p99 <= 2.0
+    # The send stamp is taken before the request is written, so the sim cannot have started on it
+    # earlier; 0.5 ms covers the offset's own uncertainty (the median delivery it absorbed).
+    assert min(send_lead_ms) >= -0.5, min(send_lead_ms)
     assert itl_p99 <= 2.0
 
 
