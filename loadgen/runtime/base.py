@@ -70,6 +70,27 @@ CLOCK_OFFSET_WARN_S = 0.010
 
 
 
+def tell_user(level: int, text: str) -> None:
+    """One line for the user on stderr (``Error: ...`` or ``warning: ...``), said once.
+
+    Locust's log goes to the same stderr by default, where a log record of it would print the
+    message a second time; it is logged only when the log goes elsewhere (``--logfile``).
+    """
+    print(f"{'Error' if level >= logging.ERROR else 'warning'}: {text}", file=sys.stderr, flush=True)
+    if not _log_reaches_stderr():
+        log.log(level, "%s", text)
+
+
+def _log_reaches_stderr() -> bool:
+    logger: logging.Logger | None = log
+    while logger is not None:
+        for h in logger.handlers:
+            if isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__):
+                return True
+        logger = logger.parent if logger.propagate else None
+    return False
+
+
 def off_the_loop(fn: Any, *args: Any) -> Any:
     """``fn(*args)`` in a thread of the hub's pool, this greenlet waiting for it.
 

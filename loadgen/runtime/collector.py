@@ -25,7 +25,7 @@ from loadgen.errors import UserError
 from loadgen.live.progress import ProgressLine
 from loadgen.live.snapshot import RunSnapshot
 from loadgen.runtime.accounting import Accounting, Share
-from loadgen.runtime.base import RuntimeBase, off_the_loop
+from loadgen.runtime.base import RuntimeBase, off_the_loop, tell_user
 from loadgen.runtime.locust_options import check_session_count, config_from_options
 from loadgen.runtime.results_writer import ResultsWriter
 from loadgen.runtime.run_record import generator_cpu, run_info
@@ -246,8 +246,7 @@ class Collector(RuntimeBase):
             web_ui.stop()
 
     def _fatal(self, message: str, code: int) -> None:
-        log.error("%s", message)
-        print(f"Error: {message}", file=sys.stderr, flush=True)
+        tell_user(logging.ERROR, message)
         self.env.process_exit_code = code
         self.verdict = Verdict(code, message)
         gevent.spawn(self.env.runner.quit)
@@ -283,8 +282,7 @@ class Collector(RuntimeBase):
         if failed is None or self._abort_reason == failed:
             return
         self._abort_reason = failed
-        log.error("%s; stopping the run", failed)
-        print(f"Error: {failed}; stopping the run", file=sys.stderr, flush=True)
+        tell_user(logging.ERROR, f"{failed}; stopping the run")
         self._request_stop()
 
     def snapshot(self) -> RunSnapshot:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import time
 from typing import Any
 
@@ -36,6 +35,7 @@ from loadgen.runtime.base import (
     MSG_PLAN,
     MSG_READY,
     RuntimeBase,
+    tell_user,
 )
 from loadgen.runtime.file_ship import (
     MSG_FILE_CHUNK,
@@ -213,8 +213,7 @@ class WorkerRuntime(RuntimeBase):
                 if why
                 else "the master refused this worker (its join secret is missing or wrong); it gets no part of the run"
             )
-            log.error("%s", message)
-            print(f"Error: {message}", file=sys.stderr, flush=True)
+            tell_user(logging.ERROR, message)
 
     def _on_adopt(self, environment: Any, msg: Any, **_: Any) -> None:
         """Part of a lost worker's arrivals: sent from ``from_s`` on, as if they were ours."""
@@ -288,8 +287,7 @@ class WorkerRuntime(RuntimeBase):
             return
         text = timeouts_warning(master_s, self.master_loss_timeout_s)
         if text:
-            log.warning("%s", text)
-            print(f"warning: {text}", file=sys.stderr, flush=True)
+            tell_user(logging.WARNING, text)
 
     def _on_master_lost(self, silent_s: float) -> None:
         if self.driver is None or self.driver.done.is_set():
@@ -299,8 +297,7 @@ class WorkerRuntime(RuntimeBase):
             return
         # Nobody records what this worker sends any more: stop the load now, and exit.
         message = f"master lost: no heartbeat for {silent_s:.0f} s; this worker stopped its load and exits"
-        log.error("%s", message)
-        print(f"Error: {message}", file=sys.stderr, flush=True)
+        tell_user(logging.ERROR, message)
         if self.driver is not None and not self.driver.done.is_set():
             self.driver.drain(0)
         self._final_sent = True  # nobody to send it to

@@ -158,3 +158,27 @@ def test_more_sessions_than_a_trace_holds_stops_before_any_load(tmp_path) -> Non
         assert server.posts == 0
     finally:
         server.close()
+
+
+def test_a_usage_error_inside_the_locust_process_is_said_once_and_sends_nothing(tmp_path) -> None:
+    """The stock ``locust -f`` path validates in the Locust process itself: the message is one
+    ``Error:`` line plus the verdict line that ends every run, not a log record of it as well."""
+    import subprocess
+    import sys
+
+    from loadgen.commands.run import LOCUSTFILE
+
+    server = _Server(200, "text/event-stream", b"data: [DONE]\n\n")
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--headless", "--host", server.url,
+             "--rate", "fast", "--results", str(tmp_path), "--loglevel", "WARNING"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        server.close()
+    assert r.returncode == 2, r.stderr[-2000:]
+    said = [line for line in r.stderr.splitlines() if "'fast' is not a rate" in line]
+    assert len(said) == 2, said
+    assert said[0].startswith("Error: --rate: ") and said[1].startswith("loadgen verdict: FAIL (exit 2): --rate: ")
+    assert "Traceback" not in r.stderr and server.posts == 0
