@@ -4,7 +4,8 @@ The package is grouped by job (docs/architecture.md is the map):
 
 - ``loadgen`` itself: the face and the ground everything stands on: the command line (``cli``),
   the run configuration and plan (``config``), the user-error type (``errors``), option parsers
-  (``adapter_options``, ``target_file``) and the Locust entry file (``locustfile.py``).
+  (``adapter_options``, ``target_file``), the lazy exports every package uses (``lazy_exports``) and
+  the Locust entry file (``locustfile.py``).
 - ``loadgen.engine``: times tokens (connections, stream reader, sessions, driver, recorder,
   health); imports neither Locust nor click.
 - ``loadgen.live``: the views of a running test (web UI tabs, Prometheus endpoint, progress).
@@ -18,8 +19,7 @@ the ground. The names below load on first use, so ``import loadgen`` stays cheap
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from loadgen.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "Plan": "config",
@@ -31,8 +31,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f"loadgen.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -13,8 +13,7 @@ user's guide."""
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from loadgen.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "CaptureOptions": "service",
@@ -25,10 +24,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    # Loaded on first use: the CLI imports this package for every ``loadgen capture``, the
-    # assembler process never needs the relay's aiohttp.
-    if name in _EXPORTS:
-        return getattr(import_module(f"loadgen.capture.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

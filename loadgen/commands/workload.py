@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,19 @@ def _progress(name: str, what: str) -> ReadProgress | None:
     return ReadProgress(sys.stderr, f"{what} {name}") if large or sys.stderr.isatty() else None
 
 
+def _one_pass(name: str, what: str, work: Callable[[ReadProgress | None], Any]) -> Any:
+    """``work(progress)``: one pass over the workload, with its progress line, a bad row as a
+    user error naming it."""
+    progress = _progress(name, what)
+    try:
+        return work(progress)
+    except WorkloadError as e:
+        raise UserError(str(e)) from None
+    finally:
+        if progress is not None:
+            progress.done()
+
+
 def inspect_command(
     name: str, fmt: str | None, workload_options: str | None, seed: int, tokenizer: str | None,
     num_sessions: int | None, block_size: int | None, as_json: bool,
@@ -39,14 +53,12 @@ def inspect_command(
     from workloads.inspect import format_inspection, inspect_workload
 
     wl = _load(name, fmt, workload_options, tokenizer)
-    progress = _progress(name, "inspect")
-    try:
-        fig = inspect_workload(wl, seed=seed, n=num_sessions, tokenizer=wl.tokenizer, block_size=block_size, progress=progress)
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
-    finally:
-        if progress is not None:
-            progress.done()
+    fig = _one_pass(
+        name, "inspect",
+        lambda progress: inspect_workload(
+            wl, seed=seed, n=num_sessions, tokenizer=wl.tokenizer, block_size=block_size, progress=progress
+        ),
+    )  # fmt: skip
     click.echo(json.dumps(fig, indent=2) if as_json else format_inspection(fig))
 
 
@@ -57,17 +69,13 @@ def analyze_command(
     from workloads.analyze import analyze_workload, format_analysis
 
     wl = _load(name, fmt, workload_options, tokenizer)
-    progress = _progress(name, "analyze")
-    try:
-        fig = analyze_workload(
+    fig = _one_pass(
+        name, "analyze",
+        lambda progress: analyze_workload(
             wl, seed=seed, n=num_sessions, tokenizer=wl.tokenizer, block_size=block_size,
             capacities_tokens=sorted(capacities) or None, progress=progress,
-        )  # fmt: skip
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
-    finally:
-        if progress is not None:
-            progress.done()
+        ),
+    )  # fmt: skip
     click.echo(json.dumps(fig, indent=2) if as_json else format_analysis(fig))
 
 
@@ -80,15 +88,13 @@ def anonymize_command(
     wl = _load(name, fmt, workload_options, tokenizer)
     if num_sessions is None and getattr(wl, "rows", None) is None and wl.num_sessions is None:
         num_sessions = 100  # a spec: as many as export writes
-    progress = _progress(name, "anonymize")
     counts = AnonymizeCounts()
-    try:
-        n = write_anonymized(wl, seed, num_sessions, output, block_size=block_size, progress=progress, form=form, counts=counts)
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
-    finally:
-        if progress is not None:
-            progress.done()
+    n = _one_pass(
+        name, "anonymize",
+        lambda progress: write_anonymized(
+            wl, seed, num_sessions, output, block_size=block_size, progress=progress, form=form, counts=counts
+        ),
+    )  # fmt: skip
     what = "anonymised sessions" if form != FORMAT_MOONCAKE else "anonymised sessions as Mooncake rows"
     click.echo(f"wrote {n} {what} to {output} (blocks of {block_size} tokens, a fresh salt)")
     if counts.flattened:

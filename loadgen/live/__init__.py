@@ -6,8 +6,7 @@ view cannot change what a run measures."""
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from loadgen.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "Family": "exposition",
@@ -24,9 +23,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    # Loaded on first use, so importing one module of this package does not import them all.
-    if name in _EXPORTS:
-        return getattr(import_module(f"loadgen.live.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

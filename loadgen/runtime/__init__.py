@@ -7,8 +7,7 @@ on the master. docs/architecture.md follows a run through it."""
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from loadgen.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "Accounting": "accounting",
@@ -33,9 +32,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    # Loaded on first use, so importing one module of this package does not import them all.
-    if name in _EXPORTS:
-        return getattr(import_module(f"loadgen.runtime.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -11,27 +11,13 @@ import subprocess
 import sys
 import textwrap
 
-SCRIPT = textwrap.dedent(
+from .master_bookkeeping import MASTER_SETUP
+
+SCRIPT = MASTER_SETUP + textwrap.dedent(
     """
-    import json, time
-    from types import SimpleNamespace
     from prometheus_client.parser import text_string_to_metric_families
-    from loadgen.config import RunConfig
     from loadgen.live.exposition import render
     from loadgen.live.prometheus import collect
-    from loadgen.runtime.master import MasterRuntime
-
-    class Runner:
-        clients = {}
-        def send_message(self, *args, **kwargs): pass
-        def quit(self): pass
-        def stop(self): pass
-
-    env = SimpleNamespace(runner=Runner(), parsed_options=SimpleNamespace(), events=SimpleNamespace())
-    rt = MasterRuntime(env)
-    rt.config = RunConfig(run_id="r", workload="tiny", concurrency=2)  # a closed loop: nothing re-planned
-    rt.t0_unix_s = time.time() - 10.0
-    rt.slots = {"a_1": 0, "b_1": 1}
 
     def exported():
         out = {}

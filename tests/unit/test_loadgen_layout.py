@@ -25,7 +25,7 @@ PACKAGE_BELOW = {
     "targets": {"workloads", "analysis"},
     "loadgen": {"targets", "workloads", "analysis"},
 }
-GROUND = {"loadgen", "loadgen.config", "loadgen.errors", "loadgen.adapter_options", "loadgen.target_file"}
+GROUND = {"loadgen", "loadgen.config", "loadgen.errors", "loadgen.adapter_options", "loadgen.target_file", "loadgen.lazy_exports"}
 FACE = {"loadgen.cli", "loadgen.__main__", "loadgen.locustfile"}
 WINGS = ("engine", "live", "runtime", "capture", "commands")
 WING_BELOW = {

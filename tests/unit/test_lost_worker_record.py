@@ -11,25 +11,10 @@ import subprocess
 import sys
 import textwrap
 
-SCRIPT = textwrap.dedent(
+from .master_bookkeeping import MASTER_SETUP
+
+SCRIPT = MASTER_SETUP + textwrap.dedent(
     """
-    import json, time
-    from types import SimpleNamespace
-    from loadgen.config import RunConfig
-    from loadgen.runtime.master import MasterRuntime
-
-    class Runner:
-        clients = {}
-        sent = []
-        def send_message(self, *args, **kwargs): self.sent.append(args[0])
-        def quit(self): pass
-        def stop(self): pass
-
-    env = SimpleNamespace(runner=Runner(), parsed_options=SimpleNamespace(), events=SimpleNamespace())
-    rt = MasterRuntime(env)
-    rt.config = RunConfig(run_id="r", workload="tiny", concurrency=2)  # a closed loop: nothing re-planned
-    rt.t0_unix_s = time.time() - 10.0
-    rt.slots = {"a_1": 0, "b_1": 1}
     steps = {}
     rt._mark_lost("a_1")
     rt._mark_lost("a_1")  # Locust still says missing at the next check: no second entry
