@@ -20,7 +20,7 @@ _EXPORTS = {
     "SessionConnection": "client",
     "SessionContext": "session",
     "StreamReader": "stream_reader",
-    "StreamResult": "client",
+    "StreamResult": "outcome",
     "StreamedSchedule": "plan_stream",
     "build_schedule": "driver",
     "kernel_stamps_agree": "kernel_clock",

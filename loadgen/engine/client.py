@@ -63,37 +63,66 @@ by the worker's one ``StreamReader`` (``loadgen.engine.stream_reader``) while th
 waits, so a chunk costs no greenlet wake-up; the stamps and the parse are the same either way.
 
 A ``SessionConnection`` is used by one greenlet at a time (one session's turns are sequential).
+
+The pieces it is built from: ``outcome`` (``StreamResult``, the categories, the reply checks;
+re-exported here), ``http_reply`` (the response read with its receive stamps, split into lines
+as reads complete them) and ``sse_state`` (one reply's parse: token times, text, end). What
+stays here is one class on purpose: a request's exchange (connect, send, headers, body, drain,
+retry after a 429) shares one deadline and one connection's state from start to end.
 """
 
 from __future__ import annotations
 
 import email.utils
-import errno
 import functools
 import ipaddress
-import re
 import select
 import socket
 import ssl
-import struct
 import time
-import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import gevent
 from gevent import socket as gsocket
-from geventhttpclient.response import HTTPParseError, HTTPResponse
+from geventhttpclient.response import HTTPParseError
 
 from loadgen.engine import stream_reader
-from loadgen.engine.kernel_clock import kernel_stamps_agree
 from loadgen.engine.stream_reader import StreamReader
-from targets.adapters.base import Adapter, BadChunk, PreparedRequest, StreamEvent, Usage
+from targets.adapters.base import Adapter, BadChunk, PreparedRequest
 
 if TYPE_CHECKING:
-    from loadgen.engine.health import ChunkCounts
+    pass
+
+from loadgen.engine.http_reply import (
+    HEAD_KEPT,
+    BadBody,
+    ClosedBeforeResponse,
+    FirstByteTimeout,
+    StampedResponse,
+    arrival_ns,
+    enable_kernel_timestamps,
+)
+from loadgen.engine.outcome import (
+    BAD_CHUNK,
+    CLIENT_NETWORK,
+    CONNECTION,
+    EMPTY_REPLY,
+    HTTP_3XX,
+    HTTP_4XX,
+    HTTP_5XX,
+    HTTP_429,
+    STREAM_CUT,
+    TIMEOUT,
+    StreamResult,
+    check_reply,
+    connect_error_category,
+    empty_reply_message,
+    fail,
+    output_tokens,
+)
+from loadgen.engine.sse_state import StreamState
 
 __all__ = [
     "BAD_CHUNK",
@@ -117,533 +146,10 @@ __all__ = [
     "output_tokens",
 ]
 
-HTTP_3XX = "http_3xx"
-HTTP_4XX = "http_4xx"
-HTTP_429 = "http_429"
-HTTP_5XX = "http_5xx"
-TIMEOUT = "timeout"
-CONNECTION = "connection"
-STREAM_CUT = "stream_cut"
-BAD_CHUNK = "bad_chunk"
-EMPTY_REPLY = "empty_reply"
-CLIENT_NETWORK = "client_network"
 
 _perf_ns = time.perf_counter_ns
-_MESSAGE_CHARS = 200
 _USER_AGENT = "loadgen/0.1"
 MAX_THROTTLE_RETRIES = 5
-# zlib window bits: 32 + 15 reads a zlib or a gzip header, whichever the body starts with.
-_INFLATE_WBITS = {"gzip": 47, "x-gzip": 47, "deflate": 47}
-
-
-@dataclass(slots=True)
-class StreamResult:
-    """The outcome of one request; times are ``time.perf_counter_ns()`` values.
-
-    ``chunk_ns`` and ``chunk_tokens`` are parallel lists over token-bearing chunks. ``text`` is
-    the generated text (what the runtime appends to the conversation). ``usage`` and
-    ``server_timings`` are the last the server reported. ``reused_connection`` says whether the
-    request went over a connection kept from an earlier request. ``throttled`` counts 429
-    answers waited out (``Retry-After``) before this result. ``t_send_ns`` stays 0 when nothing
-    of the request left (``sent`` is False: the connect failed). ``streamed``: the reply was read
-    as a stream (else as one body). ``cause``: the exception behind a failure, where one was (for
-    messages such as the preflight's; never recorded). ``t_first_output_ns``: the first
-    token-bearing chunk that is not reasoning (None when every one was); ``reasoning_chunk_tokens``:
-    the tokens reasoning chunks carried.
-    """
-
-    t_send_ns: int = 0
-    t_first_ns: int | None = None
-    chunk_ns: list[int] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)
-    t_end_ns: int | None = None
-    http_status: int | None = None
-    usage: Usage | None = None
-    server_timings: dict | None = None
-    text: str = ""
-    error_category: str | None = None
-    error_message: str | None = None
-    retry_after_s: float | None = None
-    reused_connection: bool = False
-    throttled: int = 0
-    streamed: bool = False
-    cause: BaseException | None = None
-    t_first_output_ns: int | None = None
-    reasoning_chunk_tokens: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.error_category is None
-
-    @property
-    def sent(self) -> bool:
-        """Whether the request was written (in part at least): False when the connect failed."""
-        return self.t_send_ns != 0
-
-    @property
-    def t_last_ns(self) -> int | None:
-        return self.chunk_ns[-1] if self.chunk_ns else None
-
-    @property
-    def output_tokens(self) -> int:
-        """N by ``output_tokens()``'s rule, from ``usage`` and the tokens the chunks carried."""
-        return output_tokens(self.usage.completion_tokens if self.usage is not None else None, self.chunk_tokens)
-
-    @property
-    def reasoning_tokens(self) -> int:
-        """Reasoning tokens: ``usage``'s ``reasoning_tokens`` where the server reports it and it is
-        at least the tokens the reasoning chunks carried, else those tokens; never above N."""
-        counted = self.reasoning_chunk_tokens
-        u = self.usage.reasoning_tokens if self.usage is not None else None
-        n = u if u is not None and u >= counted else counted
-        return min(n, self.output_tokens)
-
-
-def output_tokens(usage_completion_tokens: int | None, chunk_tokens: list[int]) -> int:
-    """N, a reply's output tokens (docs/metrics.md): ``usage.completion_tokens`` where the server
-    reports it and it is at least the tokens the token-bearing chunks carried (the server's exact
-    count: a chunk may carry several tokens, or tokens without text); else, where usage is absent
-    or claims fewer tokens than chunks that carried them (impossible), the chunks' count."""
-    counted = sum(chunk_tokens)
-    if usage_completion_tokens is not None and usage_completion_tokens >= counted:
-        return usage_completion_tokens
-    return counted
-
-
-def empty_reply_message(res: StreamResult, max_tokens: int | None) -> str | None:
-    """Why ``res`` is an empty reply, or None: a successful reply with no token-bearing chunk (no
-    generated text or token count) to a request that asked for at least one token. Says what
-    arrived: a stream's token chunks, a body's text, and the usage the server reported."""
-    if res.error_category is not None or res.chunk_tokens or not max_tokens or max_tokens < 1:
-        return None
-    u = res.usage.completion_tokens if res.usage is not None else None
-    said = "no usage reported" if u is None else f"usage.completion_tokens {u}"
-    if res.streamed:
-        return f"stream ended after 0 token chunks; {said}"
-    return f"reply body carried no generated text; {said}"
-
-
-def check_reply(res: StreamResult, max_tokens: int | None) -> None:
-    """Mark a successful ``res`` that is an empty reply (``empty_reply_message``) as failed,
-    ``empty_reply``: a server that answers every request with nothing must not pass."""
-    message = empty_reply_message(res, max_tokens)
-    if message is not None:
-        SessionConnection._fail(res, EMPTY_REPLY, message)
-
-
-_NETWORK_ERRNOS = frozenset(
-    getattr(errno, name)
-    for name in (
-        "ENETUNREACH", "EHOSTUNREACH", "ENETDOWN", "EADDRNOTAVAIL", "EADDRINUSE", "EMFILE", "ENFILE",
-        "ENOBUFS", "ENOMEM",
-    )
-    if hasattr(errno, name)
-)  # fmt: skip
-
-
-def connect_error_category(e: BaseException) -> str:
-    """The category of a connect that failed: ``client_network`` where the generator's own side
-    failed before anything left it (no route or link, no local address or port, no file
-    descriptor or buffer, its name lookup), else ``connection`` (refused, timed out, reset: the
-    server's side)."""
-    if isinstance(e, socket.gaierror):
-        return CLIENT_NETWORK
-    if isinstance(e, OSError) and not isinstance(e, ssl.SSLError) and e.errno in _NETWORK_ERRNOS:
-        return CLIENT_NETWORK
-    return CONNECTION
-
-
-class BadBody(BadChunk):
-    """The body itself cannot be read into lines (an unknown ``Content-Encoding``, data that does
-    not decompress, a line over ``max_line_bytes``): ``bad_chunk``, but no adapter's doing."""
-
-
-class _FirstByteTimeout(Exception):
-    """The response headers did not arrive within the first-byte timeout."""
-
-
-class _ClosedBeforeResponse(Exception):
-    """The peer closed the connection before a complete status line and headers."""
-
-    def __init__(self, received: int) -> None:
-        super().__init__("connection closed before the response headers")
-        self.received = received
-
-
-_HEAD_KEPT = 256  # bytes of a response's start kept to say what came (the preflight's messages)
-_BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark, dropped at the start of a stream (SSE spec)
-_ANY_EOL = re.compile(rb"\r\n|\r|\n")
-
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; SCM_TIMESTAMPNS has the same value
-_ANC_SIZE = socket.CMSG_SPACE(16)  # one struct timespec
-_unpack_timespec = struct.Struct("qq").unpack_from
-
-
-def enable_kernel_timestamps(sock: socket.socket) -> bool:
-    """Ask the kernel to stamp received data (``SO_TIMESTAMPNS``); False where it can't."""
-    if not hasattr(sock, "recvmsg") or not kernel_stamps_agree():
-        return False
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-    except OSError:
-        return False
-    return True
-
-
-def _arrival_ns(anc: list) -> int:
-    """The kernel's receive stamp in ``recvmsg``'s ancillary data, on the perf_counter clock; now
-    where there is none (or it is later than now)."""
-    now = _perf_ns()
-    for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
-            sec, nsec = _unpack_timespec(payload)
-            # CLOCK_REALTIME -> perf_counter: the offset is read now, so clock slews cost
-            # only ppm of the (sub-second) time the data waited.
-            stamped = sec * 1_000_000_000 + nsec - (time.time_ns() - _perf_ns())
-            if stamped <= now:
-                return stamped
-    return now
-
-
-class _StreamState:
-    """What a streamed reply has said so far, fed its lines as they come.
-
-    One ``data:`` line is one event's JSON nearly always, and is parsed as it comes. SSE also lets
-    an event's data run over several ``data:`` lines (joined with LF; the event ends at a blank
-    line): when a ``data:`` line does not parse on its own, it and the next ``data:`` lines are
-    kept until the blank line, then parsed as one ``data:`` line, stamped with the arrival of the
-    last of them. So the common case costs nothing more, and a line that is simply broken still
-    fails, at the end of its event.
-    """
-
-    __slots__ = (
-        "chunk_ns", "chunk_tokens", "counts", "done", "error", "output_ns", "parse", "parts", "pending",
-        "pending_ns", "reasoning", "timings", "usage",
-    )  # fmt: skip
-
-    def __init__(
-        self, parse: Callable[[bytes], StreamEvent | None], res: StreamResult, counts: ChunkCounts | None = None
-    ) -> None:
-        self.parse = parse
-        self.counts = counts  # loadgen.engine.health.ChunkCounts: token chunks, and those sharing a recv
-        self.chunk_ns = res.chunk_ns
-        self.chunk_tokens = res.chunk_tokens
-        self.parts: list[str] = []
-        self.usage: Usage | None = None
-        self.timings: dict | None = None
-        self.error: StreamEvent | None = None
-        self.done = False
-        self.pending: list[bytes] | None = None  # the data of an event over several data: lines
-        self.pending_ns = 0
-        self.output_ns: int | None = None  # the first token-bearing chunk that is not reasoning
-        self.reasoning = 0  # tokens the reasoning chunks carried
-
-    def take(self, lines: list[bytes], t_recv_ns: int) -> bool:
-        """Parse ``lines`` (all received at ``t_recv_ns``); True once the stream has said its last
-        (its end marker, or an error)."""
-        if self.pending is not None:
-            return self._take_pending(iter(lines), t_recv_ns)
-        parse = self.parse
-        counts = self.counts
-        it = iter(lines)  # on a data: line that does not parse, the rest goes to _take_pending
-        for line in it:
-            if not line or line == b"\r":
-                continue
-            try:
-                ev = parse(line)
-            except BadChunk:
-                if not line.startswith(b"data:"):
-                    raise
-                self.pending = [_data_value(line)]
-                self.pending_ns = t_recv_ns
-                return self._take_pending(it, t_recv_ns)
-            if ev is None:
-                continue
-            # What follows is _apply, written out: a method call per chunk costs ~0.1 µs of a
-            # per-chunk budget of ~20 µs (docs/performance.md). Change both together.
-            if ev.tokens:
-                chunk_ns = self.chunk_ns
-                if counts is not None:
-                    counts.token_chunks += 1
-                    if chunk_ns and chunk_ns[-1] == t_recv_ns:  # one recv, one stamp: the gap is lost
-                        counts.coalesced += 1
-                chunk_ns.append(t_recv_ns)
-                self.chunk_tokens.append(ev.tokens)
-                if ev.reasoning:
-                    self.reasoning += ev.tokens
-                elif self.output_ns is None:
-                    self.output_ns = t_recv_ns
-            if ev.text:
-                self.parts.append(ev.text)
-            if ev.usage is not None:
-                self.usage = ev.usage
-            if ev.server_timings is not None:
-                self.timings = ev.server_timings
-            if ev.error is not None:
-                self.error = ev
-                return True
-            if ev.done:
-                self.done = True
-                return True
-        return False
-
-    def _take_pending(self, it: Iterator[bytes], t_recv_ns: int) -> bool:
-        """``take`` while an event's data runs over several ``data:`` lines: they are kept to its
-        blank line, then the event is parsed whole and the lines after it go the usual way."""
-        pending = self.pending
-        for line in it:
-            if not line or line == b"\r":
-                if self.dispatch():
-                    return True
-                return self.take(list(it), t_recv_ns)
-            if line.startswith(b"data:"):
-                pending.append(_data_value(line))  # type: ignore[union-attr]
-                self.pending_ns = t_recv_ns
-                continue
-            ev = self.parse(line)  # a comment or an event:/id: field inside the event: nothing
-            if ev is not None and self._apply(ev, t_recv_ns):
-                return True
-        return False
-
-    def dispatch(self) -> bool:
-        """The event kept over several ``data:`` lines, parsed as one; True when it was the last.
-        Raises what the adapter raises when the joined data does not parse either."""
-        data, self.pending = self.pending, None
-        if data is None:
-            return False
-        ev = self.parse(b"data:" + b"\n".join(data))
-        return ev is not None and self._apply(ev, self.pending_ns)
-
-    def _apply(self, ev: StreamEvent, t_recv_ns: int) -> bool:
-        """``take``'s handling of one event, off its fast path; True when it was the last."""
-        if ev.tokens:
-            if self.counts is not None:
-                self.counts.token_chunks += 1
-                if self.chunk_ns and self.chunk_ns[-1] == t_recv_ns:
-                    self.counts.coalesced += 1
-            self.chunk_ns.append(t_recv_ns)
-            self.chunk_tokens.append(ev.tokens)
-            if ev.reasoning:
-                self.reasoning += ev.tokens
-            elif self.output_ns is None:
-                self.output_ns = t_recv_ns
-        if ev.text:
-            self.parts.append(ev.text)
-        if ev.usage is not None:
-            self.usage = ev.usage
-        if ev.server_timings is not None:
-            self.timings = ev.server_timings
-        if ev.error is not None:
-            self.error = ev
-            return True
-        if ev.done:
-            self.done = True
-            return True
-        return False
-
-
-def _data_value(line: bytes) -> bytes:
-    """The value of a ``data:`` line: after the colon, less one leading space and the CR of a CRLF."""
-    value = line[5:]
-    if value.endswith(b"\r"):
-        value = value[:-1]
-    return value[1:] if value.startswith(b" ") else value
-
-
-class _Response(HTTPResponse):
-    """geventhttpclient's C HTTP/1.1 parser (chunked and close-delimited bodies) over our socket,
-    with a line reader that remembers when the bytes of the returned line arrived."""
-
-    def __init__(
-        self,
-        sock: socket.socket,
-        block_size: int,
-        kernel_timestamps: bool = False,
-        max_line_bytes: int = 8 << 20,
-    ) -> None:
-        super().__init__("POST")
-        self.sock = sock
-        self.block_size = block_size
-        self.max_line_bytes = max_line_bytes
-        self.t_recv_ns = 0
-        self.received = 0
-        self._scan_from = 0  # bytes of the buffer already searched for a newline
-        self._inflate = None  # a decompressor's decompress() when the body is compressed
-        self._undecodable: str | None = None
-        self.ended_mid_line = False  # the body ended with a line that has no newline
-        self.head_bytes = b""  # the first bytes that came, up to _HEAD_KEPT (what the server said)
-        self._at_start = True  # no body line returned yet (a leading byte order mark is dropped)
-        self._any_eol = False  # a lone CR was seen: lines end at CR, LF or CRLF from now on
-        self._recv = self._recv_kernel_stamped if kernel_timestamps else self._recv_plain
-
-    def _recv_plain(self) -> bytes:
-        data = self.sock.recv(self.block_size)
-        self.t_recv_ns = _perf_ns()
-        return data
-
-    def _recv_kernel_stamped(self) -> bytes:
-        data, anc, _flags, _addr = self.sock.recvmsg(self.block_size, _ANC_SIZE)
-        self.t_recv_ns = _arrival_ns(anc)
-        return data
-
-    def read_headers(self) -> None:
-        while not self.headers_complete or self.get_code() < 200:
-            data = self._recv()
-            if not data:
-                raise _ClosedBeforeResponse(self.received)
-            if self.received < _HEAD_KEPT:
-                self.head_bytes += data[: _HEAD_KEPT - self.received]
-            self.received += len(data)
-            self.feed(data)
-
-    def _on_headers_complete(self) -> int | bool | None:
-        skip = super()._on_headers_complete()
-        # Called by the parser before any body bytes, so every body byte goes through _on_body.
-        encoding = self.get("content-encoding")
-        if encoding:
-            name = encoding.strip().lower() if isinstance(encoding, str) else ",".join(encoding)
-            if name in _INFLATE_WBITS:
-                self._inflate = zlib.decompressobj(_INFLATE_WBITS[name]).decompress
-            elif name != "identity":
-                self._undecodable = f"body in Content-Encoding {name!r}, which loadgen cannot decode"
-        return skip
-
-    def _on_body(self, buf: bytearray) -> None:
-        if self._inflate is None:
-            self._body_buffer += buf
-            return
-        try:
-            self._body_buffer += self._inflate(buf)
-        except zlib.error as e:
-            self._inflate = None
-            self._undecodable = f"body does not decompress as its Content-Encoding says ({e})"
-
-    def _fill(self) -> None:
-        self.feed_body(self._recv())
-
-    def feed_body(self, data: bytes) -> None:
-        """Parse ``data`` read from the socket into the body buffer."""
-        # b"" (peer closed) completes a close-delimited body, or raises HTTPParseError mid-message.
-        self.feed(data)
-        if self._undecodable is not None:
-            raise BadBody(self._undecodable)
-        if not data and not self.message_complete:
-            raise HTTPParseError("connection closed mid-body")
-
-    def read_lines(self) -> list[bytes]:
-        """Every complete body line now buffered (without their line end), reading once when there
-        is none; [] once the body is complete.
-
-        All lines returned by one call ended in the same ``recv`` (a fill happens only when no
-        line is complete), so ``t_recv_ns`` holds for each of them. One split per ``recv``
-        instead of one search, copy and delete per line: at hundreds of
-        streams a ``recv`` often holds several events. Blank lines come back as b"" (or b"\\r").
-
-        Line ends are those of SSE: LF, CRLF, or a lone CR. LF and CRLF take one ``split`` on LF
-        (a CRLF line keeps its CR, which JSON and the blank-line test ignore); only once a CR is
-        seen that no LF follows does the body switch to splitting at every kind of line end
-        (``_take_lines_any``), so the common streams pay one ``in`` test per ``recv`` for it. A
-        UTF-8 byte order mark at the start of the body is dropped, as the SSE spec says.
-        """
-        while (lines := self.take_lines()) is None:
-            self._fill()
-        return lines
-
-    def take_lines(self) -> list[bytes] | None:
-        """``read_lines`` without reading: the complete lines buffered now, [] once the body is
-        complete, None when more data is needed. A line longer than ``max_line_bytes`` is
-        ``BadChunk``: a server that never sends a newline must not grow the buffer without bound."""
-        if self._any_eol:
-            return self._take_lines_any()
-        buf = self._body_buffer
-        i = buf.rfind(b"\n", self._scan_from)
-        if i >= 0:
-            block = bytes(buf[:i])
-            # A CR in the block is a CRLF's (the usual case), unless some CR has no LF after it.
-            cr = block.count(b"\r")
-            if cr and cr != block.count(b"\r\n") + (block[-1] == 13):
-                self._any_eol = True
-                return self._take_lines_any()
-            del buf[: i + 1]
-            self._scan_from = 0
-            lines = block.split(b"\n")
-            if self._at_start:
-                self._at_start = False
-                if lines[0].startswith(_BOM):
-                    lines[0] = lines[0][3:]
-            return lines
-        # No LF: a CR with a byte after it (or at the body's end) ends a line of its own.
-        j = buf.find(b"\r", max(0, self._scan_from - 1))
-        if j >= 0 and (j + 1 < len(buf) or self.message_complete):
-            self._any_eol = True
-            return self._take_lines_any()
-        if self.message_complete:
-            if self._undecodable is not None:
-                raise BadBody(self._undecodable)
-            if buf:
-                line = bytes(buf)
-                buf.clear()
-                self.ended_mid_line = True
-                if self._at_start:
-                    self._at_start = False
-                    line = line.removeprefix(_BOM)
-                return [line]
-            return []
-        n = len(buf)
-        if n > self.max_line_bytes:
-            raise BadBody(f"a stream line longer than {self.max_line_bytes} bytes")
-        self._scan_from = n
-        return None
-
-    def _take_lines_any(self) -> list[bytes] | None:
-        """``take_lines`` for a body whose lines end at CR, LF or CRLF (one seen lone CR says so)."""
-        buf = self._body_buffer
-        n = len(buf)
-        i = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
-        if i >= 0 and i == n - 1 and buf[i] == 13 and not self.message_complete:
-            # A CR as the last byte so far may be half of a CRLF: it ends its line once the
-            # next byte is known (else CR LF would read as two line ends, an extra blank line).
-            i = max(buf.rfind(b"\n", 0, i), buf.rfind(b"\r", 0, i))
-        if i >= 0:
-            block = bytes(buf[: i + 1])
-            del buf[: i + 1]
-            lines = _ANY_EOL.split(block)
-            lines.pop()  # what follows the last line end: nothing
-            if self._at_start:
-                self._at_start = False
-                if lines[0].startswith(_BOM):
-                    lines[0] = lines[0][3:]
-            return lines
-        if self.message_complete:
-            if self._undecodable is not None:
-                raise BadBody(self._undecodable)
-            if buf:
-                line = bytes(buf)
-                buf.clear()
-                self.ended_mid_line = True
-                if self._at_start:
-                    self._at_start = False
-                    line = line.removeprefix(_BOM)
-                return [line]
-            return []
-        if n > self.max_line_bytes:
-            raise BadBody(f"a stream line longer than {self.max_line_bytes} bytes")
-        return None
-
-    def read_body(self, limit: int) -> bytes:
-        """The rest of the body, up to about ``limit`` bytes."""
-        buf = self._body_buffer
-        while not self.message_complete and len(buf) <= limit:
-            self._fill()
-        if self._undecodable is not None:
-            raise BadBody(self._undecodable)
-        out = bytes(buf[:limit])
-        buf.clear()
-        self._scan_from = 0
-        return out
-
-    def keep_alive(self) -> bool:
-        return self.message_complete and not self.parser_failed() and self.should_keep_alive()
 
 
 @dataclass(slots=True)
@@ -728,7 +234,7 @@ class SessionConnection:
         self.connections_opened = 0
         self.current: StreamResult | None = None  # the request under way, or the last one
         # The reply under way, or the last one (what came of it: ``seen()``).
-        self.last_response: _Response | None = None
+        self.last_response: StampedResponse | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -763,7 +269,7 @@ class SessionConnection:
             headers=headers,
             received=resp.received,
             first_bytes=resp.head_bytes,
-            pending=bytes(resp._body_buffer[:_HEAD_KEPT]),
+            pending=bytes(resp._body_buffer[:HEAD_KEPT]),
         )
 
     def close(self) -> None:
@@ -857,7 +363,7 @@ class SessionConnection:
             sock = self._sock
             res.reused_connection = not fresh
             self._phase = "sending the request"
-            resp = self.last_response = _Response(sock, self._block_size, self._kernel_ts, self._max_line_bytes)
+            resp = self.last_response = StampedResponse(sock, self._block_size, self._kernel_ts, self._max_line_bytes)
             res.t_send_ns = t_first_send_ns or _perf_ns()
             try:
                 if self._idle_timeout_s is not None:
@@ -865,7 +371,7 @@ class SessionConnection:
                 sock.sendall(payload)
                 self._phase = "waiting for the response headers"
                 self._read_headers(resp)
-            except _FirstByteTimeout:
+            except FirstByteTimeout:
                 self.close()
                 self._fail(
                     res,
@@ -874,7 +380,7 @@ class SessionConnection:
                     f"the request (first-byte timeout; {resp.received} bytes came)",
                 )
                 return
-            except (OSError, HTTPParseError, _ClosedBeforeResponse) as e:
+            except (OSError, HTTPParseError, ClosedBeforeResponse) as e:
                 self.close()
                 # A kept connection the server closed while idle: nothing was processed, so the
                 # request goes once more over a new connection (as browsers and urllib3 do).
@@ -894,19 +400,19 @@ class SessionConnection:
         else:
             self._read_whole(resp, adapter, res)
 
-    def _read_headers(self, resp: _Response) -> None:
+    def _read_headers(self, resp: StampedResponse) -> None:
         if self._first_byte_timeout_s is None:
             resp.read_headers()
             return
-        timer = gevent.Timeout(self._first_byte_timeout_s, _FirstByteTimeout())
+        timer = gevent.Timeout(self._first_byte_timeout_s, FirstByteTimeout())
         timer.start()
         try:
             resp.read_headers()
         finally:
             timer.close()
 
-    def _read_stream(self, resp: _Response, adapter: Adapter, res: StreamResult) -> None:
-        st = _StreamState(adapter.new_stream().parse_line, res, getattr(self._recv_delays, "chunks", None))
+    def _read_stream(self, resp: StampedResponse, adapter: Adapter, res: StreamResult) -> None:
+        st = StreamState(adapter.new_stream().parse_line, res, getattr(self._recv_delays, "chunks", None))
         chunk_ns = res.chunk_ns
         res.streamed = True
         self._phase = "streaming"
@@ -973,7 +479,7 @@ class SessionConnection:
         t_done = _perf_ns()
         res.t_end_ns = _perf_ns() if self._drain(resp) else t_done
 
-    def _follow(self, resp: _Response, st: _StreamState, reader: StreamReader) -> None:
+    def _follow(self, resp: StampedResponse, st: StreamState, reader: StreamReader) -> None:
         """The body's lines through the worker's ``StreamReader`` (``loadgen.engine.stream_reader``):
         what came with the head first, then every read in the reader's greenlet."""
         delays = self._recv_delays
@@ -990,7 +496,7 @@ class SessionConnection:
         feed_body = resp.feed_body
 
         def consume(data: bytes, anc: list) -> bool:
-            t_recv_ns = resp.t_recv_ns = _arrival_ns(anc)
+            t_recv_ns = resp.t_recv_ns = arrival_ns(anc)
             if delays is not None:
                 delays.append(_perf_ns() - t_recv_ns)
             feed_body(data)
@@ -1004,7 +510,7 @@ class SessionConnection:
 
         reader.follow(self._sock, self._block_size, consume)
 
-    def _read_whole(self, resp: _Response, adapter: Adapter, res: StreamResult) -> None:
+    def _read_whole(self, resp: StampedResponse, adapter: Adapter, res: StreamResult) -> None:
         self._phase = "reading the response body"
         try:
             body = resp.read_body(1 << 30)
@@ -1046,7 +552,7 @@ class SessionConnection:
     def _idle_message(self, chunks: int) -> str:
         return f"no data for {self._idle_timeout_s:g} s after {chunks} token chunks (idle timeout)"
 
-    def _http_error(self, resp: _Response, res: StreamResult, status: int) -> None:
+    def _http_error(self, resp: StampedResponse, res: StreamResult, status: int) -> None:
         category = HTTP_429 if status == 429 else HTTP_5XX if status >= 500 else HTTP_4XX
         res.retry_after_s = _retry_after(resp.get("retry-after"))
         if status < 400:
@@ -1115,12 +621,12 @@ class SessionConnection:
         self.connections_opened += 1
         return True
 
-    def _release(self, resp: _Response) -> None:
+    def _release(self, resp: StampedResponse) -> None:
         """Keep the connection for the next request if the reply ended cleanly and allows it."""
         if not resp.keep_alive():
             self.close()
 
-    def _drain(self, resp: _Response) -> bool:
+    def _drain(self, resp: StampedResponse) -> bool:
         """Read the rest of the body after the end marker; False (connection dropped) if it fails."""
         self._phase = "draining the body"
         timer = gevent.Timeout(self._drain_timeout_s)
@@ -1161,13 +667,7 @@ class SessionConnection:
             lines.append(f"{k}: {v}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + prepared.body
 
-    @staticmethod
-    def _fail(res: StreamResult, category: str, message: str) -> None:
-        res.error_category = category
-        one_line = " ".join(message.split())
-        res.error_message = (
-            one_line if len(one_line) <= _MESSAGE_CHARS else one_line[: _MESSAGE_CHARS - 3] + "..."
-        )
+    _fail = staticmethod(fail)
 
 
 def _only_tls_records(sock: ssl.SSLSocket) -> bool:
@@ -1228,7 +728,7 @@ def _wrap_tls(ctx: ssl.SSLContext, sock: socket.socket, host: str) -> socket.soc
 
 def _is_close(e: BaseException) -> bool:
     return isinstance(
-        e, _ClosedBeforeResponse | ConnectionResetError | BrokenPipeError | ConnectionAbortedError
+        e, ClosedBeforeResponse | ConnectionResetError | BrokenPipeError | ConnectionAbortedError
     )
 
 
@@ -1245,7 +745,7 @@ def _reason(e: BaseException) -> str:
 
 
 def _describe(e: BaseException) -> str:
-    if isinstance(e, _ClosedBeforeResponse):
+    if isinstance(e, ClosedBeforeResponse):
         return "server closed the connection before answering"
     if isinstance(e, HTTPParseError):
         return f"bad or truncated HTTP response ({e})"

@@ -84,7 +84,7 @@ _cpu_ns = time.process_time_ns
 
 class ChunkCounts:
     """Token-bearing chunks a worker's streams received, and how many of them came out of the same
-    ``recv`` as the stream's previous token chunk (``loadgen.engine.client._StreamState.take``)."""
+    ``recv`` as the stream's previous token chunk (``loadgen.engine.sse_state.StreamState.take``)."""
 
     __slots__ = ("coalesced", "token_chunks")
 

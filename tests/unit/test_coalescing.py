@@ -10,9 +10,10 @@ import io
 
 from analysis.generator_health import COALESCED_BOUND, coalescing, coalescing_from_histograms, generator_notes
 from analysis.records import RequestRecord, histogram_tag
-from loadgen.engine.client import SessionConnection, StreamResult, _StreamState
+from loadgen.engine.client import SessionConnection, StreamResult
 from loadgen.engine.health import ChunkCounts, GeneratorHealth, RecvDelays, coalescing_counts, summarize
 from loadgen.engine.recorder import histogram_of
+from loadgen.engine.sse_state import StreamState
 from loadgen.live.progress import ProgressLine
 from targets.adapters.openai import OpenAIChatAdapter
 
@@ -24,9 +25,9 @@ def tok(text: str = "a") -> bytes:
     return b'data: {"choices":[{"delta":{"content":" ' + text.encode() + b'"}}]}'
 
 
-def _state(counts: ChunkCounts | None) -> tuple[_StreamState, StreamResult]:
+def _state(counts: ChunkCounts | None) -> tuple[StreamState, StreamResult]:
     res = StreamResult()
-    return _StreamState(OpenAIChatAdapter().new_stream().parse_line, res, counts), res
+    return StreamState(OpenAIChatAdapter().new_stream().parse_line, res, counts), res
 
 
 def test_a_token_chunk_that_shares_the_previous_ones_stamp_is_counted_coalesced() -> None:

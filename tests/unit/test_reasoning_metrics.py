@@ -12,7 +12,7 @@ import pytest
 from analysis.records import METRICS, RequestRecord, metric_values
 from analysis.results import histograms_from_records
 from analysis.slo import parse_slos
-from loadgen.engine import client
+from loadgen.engine import client, sse_state
 from loadgen.engine.recorder import metric_sums
 from targets.adapters.base import Usage
 from targets.adapters.openai import OpenAIChatAdapter
@@ -88,7 +88,7 @@ def test_slos_on_ttfot_parse_and_judge():
 
 def _state():
     res = client.StreamResult()
-    return client._StreamState(OpenAIChatAdapter().new_stream().parse_line, res), res
+    return sse_state.StreamState(OpenAIChatAdapter().new_stream().parse_line, res), res
 
 
 def _sim_stream(reasoning: int, n: int) -> list[bytes]:

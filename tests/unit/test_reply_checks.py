@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from analysis.records import RequestRecord, metric_values
-from loadgen.engine import client
+from loadgen.engine import client, http_reply, sse_state
 from loadgen.engine.client import SessionConnection, StreamResult
 from loadgen.engine.session import InFlight, SessionContext, _record
 from targets.adapters.base import BadChunk, ChatRequest, Usage
@@ -199,7 +199,7 @@ def test_a_whole_body_with_two_choices_is_bad_chunk():
 
 def _lines_of(pieces: list[bytes]) -> list[list[bytes]]:
     """What ``take_lines`` returns after each piece of a chunked SSE body is fed to it."""
-    resp = client._Response(None, 65536)
+    resp = http_reply.StampedResponse(None, 65536)
     resp.feed(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     out = []
     for p in pieces:
@@ -232,7 +232,7 @@ def test_a_byte_order_mark_at_the_start_is_dropped():
 
 def _state():
     res = StreamResult()
-    return client._StreamState(OpenAIChatAdapter().new_stream().parse_line, res), res
+    return sse_state.StreamState(OpenAIChatAdapter().new_stream().parse_line, res), res
 
 
 def test_data_over_several_lines_is_one_event_stamped_when_its_last_line_came():
