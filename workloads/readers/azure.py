@@ -26,7 +26,14 @@ import numpy as np
 from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.readers.base import WorkloadReader, whole_number
-from workloads.readers.stream import CsvTimes, TraceRow, csv_header, iter_text_blocks, lines_of
+from workloads.readers.stream import (
+    CsvTimes,
+    TraceRow,
+    csv_header,
+    iter_text_blocks,
+    lines_of,
+    require_columns,
+)
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -65,13 +72,7 @@ class AzureReader(WorkloadReader):
         blocks = iter_text_blocks(path, "Azure trace")
         try:
             header, rest = csv_header(blocks)
-            missing = [c for c in COLUMNS if c not in header]
-            if missing:
-                found = ", ".join(header)[:60] or "nothing"
-                raise WorkloadError(
-                    f"{where} line 1: no {missing[0]} column (found {found}); "
-                    "give a CSV with TIMESTAMP, ContextTokens and GeneratedTokens"
-                )
+            require_columns(where, header, COLUMNS, "TIMESTAMP, ContextTokens and GeneratedTokens")
             layout = _Layout(where, path.stem, tenant, len(header), *(header.index(c) for c in COLUMNS), CsvTimes(path))
             any_row = False
             lineno = 2  # of the block's first line

@@ -32,7 +32,7 @@ from workloads.dataset import DatasetWorkload
 from workloads.errors import WorkloadError
 from workloads.readers.azure import _int
 from workloads.readers.base import WorkloadReader, short, whole_number
-from workloads.readers.stream import TraceRow, csv_header, iter_text_blocks, lines_of
+from workloads.readers.stream import TraceRow, csv_header, iter_text_blocks, lines_of, require_columns
 from workloads.spec import DEFAULT_TENANT
 from workloads.text import BUILTIN, TextTokenizer
 
@@ -89,13 +89,10 @@ class BurstGPTReader(WorkloadReader):
         blocks = iter_text_blocks(path, "BurstGPT trace")
         try:
             header, rest = csv_header(blocks)
-            missing = [c for c in COLUMNS if c not in header]
-            if missing:
-                found = ", ".join(header)[:60] or "nothing"
-                raise WorkloadError(
-                    f"{where} line 1: no {COLUMNS[missing[0]]} column (found {found}); give a CSV with "
-                    "Timestamp, Model, Request tokens, Response tokens, Total tokens and Log Type"
-                )
+            require_columns(
+                where, header, COLUMNS,
+                "Timestamp, Model, Request tokens, Response tokens, Total tokens and Log Type", shown=COLUMNS,
+            )  # fmt: skip
             if dropped is None:
                 dropped = {}
             for key in ("model", "log_type", "zero_response_tokens"):

@@ -12,7 +12,7 @@ import codecs
 import gzip
 import json
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -59,6 +59,18 @@ def _open_binary(path: Path, what: str) -> IO[bytes]:
         return dctx.stream_reader(raw, read_across_frames=True, closefd=True)  # zstd -c a b > f: two frames
     except TypeError:  # zstandard before 0.16 reads one frame
         return dctx.stream_reader(raw)
+
+
+def require_columns(
+    where: str, header: list[str], columns: Iterable[str], want: str, shown: Mapping[str, str] | None = None
+) -> None:
+    """A CSV trace's header must name every column of ``columns``; the first one missing is named
+    (as ``shown`` spells it, if given), with what the header holds and what to give (``want``)."""
+    missing = [c for c in columns if c not in header]
+    if missing:
+        found = ", ".join(header)[:60] or "nothing"
+        name = shown[missing[0]] if shown is not None else missing[0]
+        raise WorkloadError(f"{where} line 1: no {name} column (found {found}); give a CSV with {want}")
 
 
 def csv_header(blocks: Iterator[str]) -> tuple[list[str], str]:
