@@ -15,7 +15,7 @@ from loadgen.engine.worker_clock import (
     MAX_CLOCK_OFFSET_DEFAULT,
     MAX_CLOCK_OFFSET_HELP,
 )
-from loadgen.errors import USAGE_EXIT_CODE, UserError
+from loadgen.errors import USAGE_EXIT_CODE, UserError, as_user_error
 from loadgen.runtime.loss_timeouts import (
     DEFAULT_MASTER_LOSS_TIMEOUT_S,
     DEFAULT_WORKER_LOSS_TIMEOUT_S,
@@ -126,13 +126,19 @@ class UsageFailure(click.ClickException):
 
 
 class LoadgenGroup(click.Group):
-    """The command group that turns a ``UserError`` raised anywhere below it into one line."""
+    """The command group that turns a user error raised anywhere below it into one line
+    (``loadgen.errors.as_user_error``: a ``UserError``, or a library's error for bad input)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except UserError as e:
-            raise UsageFailure(e.message) from e
+        except click.ClickException:
+            raise
+        except Exception as e:
+            user = as_user_error(e)
+            if user is None:
+                raise
+            raise UsageFailure(user.message) from e
 
 
 @click.group(cls=LoadgenGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

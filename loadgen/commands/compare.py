@@ -87,10 +87,11 @@ def compare(
         raise UserError("give one of --md and --json (each replaces the table on stdout)")
     metric, tc = _metric_at(svg_metric)
     effect = parse_fraction("--min-effect", min_effect)
-    try:
-        cmp = compare_runs(a, b, force=force, n_boot=n_boot, min_effect=effect, headline_stat=stat)
-    except ValueError as e:  # ResultsError: a bad or missing file, or runs that are not comparable
-        raise UserError(str(e)) from None
+    if stat not in COMPARE_STATS:
+        raise UserError(f"--stat {stat}: use one of {', '.join(COMPARE_STATS)}")
+    # A bad or missing file, or runs that are not comparable, is a ResultsError (said in one line
+    # by the CLI); the arguments are checked above, so any other error is a bug.
+    cmp = compare_runs(a, b, force=force, n_boot=n_boot, min_effect=effect, headline_stat=stat)
     if as_json:
         click.echo(compare_to_json(cmp))
     elif md:
@@ -136,19 +137,17 @@ def gate(
             raise UserError(f"--slo: {e}") from None
     attainment = None if min_attainment is None else parse_fraction("--min-attainment", min_attainment)
     error_rate = None if max_error_rate is None else parse_fraction("--max-error-rate", max_error_rate)
-    try:
-        result = judge(
-            run,
-            baseline,
-            tolerances,
-            slo,
-            min_attainment=attainment,
-            max_error_rate=error_rate,
-            force=force,
-            n_boot=n_boot,
-        )
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    # The arguments are checked above; a bad results directory is a ResultsError (one line).
+    result = judge(
+        run,
+        baseline,
+        tolerances,
+        slo,
+        min_attainment=attainment,
+        max_error_rate=error_rate,
+        force=force,
+        n_boot=n_boot,
+    )
     if result.comparison is not None:
         for name in ("a", "b"):
             arm = result.comparison[name]

@@ -19,12 +19,16 @@ def report_run(
 ) -> dict:
     import orjson
 
+    from analysis.slo import parse_slos
     from analysis.summary import format_summary, summary_to_csv, write_summary
 
     try:
-        summary = orjson.loads(write_summary(run_dir, slos=slo, cost_per_hour_usd=cost_per_hour).read_bytes())
-    except ValueError as e:  # ResultsError (a bad or missing file) and bad SLOs are ValueErrors
-        raise UserError(str(e)) from None
+        slos = parse_slos(slo) if slo else None
+    except ValueError as e:
+        raise UserError(f"--slo: {e}") from None
+    # A bad or missing file is a ResultsError, which the CLI says in one line; any other error
+    # here is a bug and is not dressed up as a usage error.
+    summary = orjson.loads(write_summary(run_dir, slos=slos, cost_per_hour_usd=cost_per_hour).read_bytes())
     click.echo(format_summary(summary))
     if csv_path:
         Path(csv_path).write_text(summary_to_csv(summary))

@@ -21,7 +21,7 @@ from loadgen.engine.driver import global_schedule
 from loadgen.engine.health import summarize as summarize_health
 from loadgen.engine.plan_stream import count_in_background
 from loadgen.engine.recorder import MetricsAggregate
-from loadgen.errors import UserError
+from loadgen.errors import as_user_error
 from loadgen.live.progress import ProgressLine
 from loadgen.live.snapshot import RunSnapshot
 from loadgen.runtime.accounting import Accounting, Share
@@ -152,10 +152,13 @@ class Collector(RuntimeBase):
                 # The web UI can start a second test in one process: never overwrite a run.
                 cfg.run_id = f"{cfg.run_id}-{int(time.time())}"
             self._start_run(cfg)
-        except UserError as e:
-            self._fatal(str(e.message), 2)
         except OSError as e:  # the results directory, checked before load but changed since
             self._fatal(f"--results {environment.parsed_options.results}: cannot write there ({e.strerror or e})", 2)
+        except Exception as e:
+            user = as_user_error(e)  # a bad option or file (loadgen.errors); anything else is a bug
+            if user is None:
+                raise
+            self._fatal(user.message, 2)
 
     def _start_run(self, cfg: RunConfig) -> None:
         """Validate, plan the arrivals, hand every worker its plan; the clock starts in ``_go``
