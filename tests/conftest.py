@@ -35,6 +35,10 @@ CHROMIUM_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
+    # No name is looked up: Chromium's own background lookups went to the machine's resolver (traffic
+    # off loopback, and on a network-less machine a wait of up to a minute a page). The pages under
+    # test are files or 127.0.0.1, which need none.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )
 
 
