@@ -17,39 +17,7 @@ import argparse
 import asyncio
 from typing import BinaryIO
 
-
-async def _pipe(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float, record: BinaryIO | None = None
-) -> None:
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-
-    async def deliver() -> None:
-        while True:
-            t, data = await queue.get()
-            if not data:
-                break
-            wait_s = t + delay_s - loop.time()
-            if wait_s > 0:
-                await asyncio.sleep(wait_s)
-            if record is not None:
-                record.write(data)
-                record.flush()
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-
-    task = asyncio.create_task(deliver())
-    try:
-        while True:
-            data = await reader.read(65536)
-            queue.put_nowait((loop.time(), data))
-            if not data:
-                break
-        await task
-    except (ConnectionError, OSError):
-        task.cancel()
-        writer.close()
+from tcp_relay import serve
 
 
 async def main(
@@ -60,18 +28,14 @@ async def main(
     upstream_host: str = "127.0.0.1",
     record: BinaryIO | None = None,
 ) -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(upstream_host, upstream_port)
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pipe(reader, up_writer, delay_s), _pipe(up_reader, writer, delay_s, record))
+    loop = asyncio.get_running_loop()
 
-    server = await asyncio.start_server(handle, *listen)
-    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
-    async with server:
-        await server.serve_forever()
+    async def hold(read_at_s: float) -> None:
+        wait_s = read_at_s + delay_s - loop.time()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+
+    await serve(upstream_port, hold, listen=listen, upstream_host=upstream_host, record=record)
 
 
 def _host_port(text: str) -> tuple[str, int]:

@@ -14,31 +14,7 @@ import signal
 import sys
 import time
 
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link_up: asyncio.Event) -> None:
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
-
-    async def deliver() -> None:
-        while True:
-            data = await queue.get()
-            if not data:
-                break
-            await link_up.wait()
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-
-    task = asyncio.create_task(deliver())
-    try:
-        while True:
-            data = await reader.read(65536)
-            queue.put_nowait(data)
-            if not data:
-                break
-        await task
-    except (ConnectionError, OSError):
-        task.cancel()
-        writer.close()
+from tcp_relay import serve
 
 
 async def main(upstream_port: int) -> None:
@@ -57,18 +33,10 @@ async def main(upstream_port: int) -> None:
     loop.add_signal_handler(signal.SIGUSR1, cut)
     loop.add_signal_handler(signal.SIGUSR2, heal)
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pipe(reader, up_writer, link_up), _pipe(up_reader, writer, link_up))
+    async def hold(_read_at_s: float) -> None:
+        await link_up.wait()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
-    async with server:
-        await server.serve_forever()
+    await serve(upstream_port, hold)
 
 
 if __name__ == "__main__":
