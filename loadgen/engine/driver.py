@@ -25,11 +25,11 @@ from gevent.pool import Pool
 
 from analysis.records import RequestRecord
 from loadgen.config import Plan, RunConfig
+from loadgen.engine.arrival_offsets import cut_at_duration, generated_offsets, trace_offsets
+from loadgen.engine.arrival_share import share_indices
 from loadgen.engine.session import InFlight, SessionContext, run_session, sleep_until_ns
-from loadgen.engine.trace_file import trace_path_here
 from loadgen.errors import UserError
 from targets.registry import get_adapter
-from workloads import arrivals
 from workloads.errors import WorkloadError
 
 log = logging.getLogger(__name__)
@@ -52,15 +52,9 @@ def connection_options(cfg: RunConfig) -> dict[str, Any]:
     if cfg.target_url.startswith("https:"):
         import gevent.ssl
 
-        from targets.errors import TargetError
         from targets.tls import tls_context
 
-        try:
-            opts["ssl_context"] = tls_context(
-                cfg.ca_cert, cfg.insecure_tls, ca_pem=cfg.ca_cert_pem, ssl_module=gevent.ssl
-            )
-        except TargetError as e:
-            raise UserError(str(e)) from None
+        opts["ssl_context"] = tls_context(cfg.ca_cert, cfg.insecure_tls, ca_pem=cfg.ca_cert_pem, ssl_module=gevent.ssl)
     return opts
 
 
@@ -132,62 +126,28 @@ def global_schedule(cfg: RunConfig, workload, *, count: bool = True) -> Schedule
     if available is not None:
         n = available if n is None else min(n, available)
     cut_by: list[str] = []
-    try:
-        if cfg.arrival == "trace":
-            # A trace bounds itself: take it whole, then cut to the sessions and duration asked.
-            if cfg.trace_path:
-                offsets = arrivals.trace(trace_path_here(cfg), time_scale=cfg.trace_time_scale)
-            else:
-                offsets = workload.arrival_offsets()
-                if offsets is None:
-                    raise UserError("--arrival trace needs --trace FILE or a workload with timestamps")
-                offsets = arrivals.rescale(offsets, time_scale=cfg.trace_time_scale)
-            if cfg.trace_rate_per_s is not None:
-                offsets = arrivals.rescale(offsets, rate_per_s=cfg.trace_rate_per_s)
-            available = len(offsets) if available is None else min(available, len(offsets))
-            if n is not None and n < len(offsets):
-                offsets = offsets[:n]
-                cut_by.append("--num-sessions")
-            if cfg.duration_s is not None and len(offsets) and offsets[-1] >= cfg.duration_s:
-                offsets = offsets[offsets < cfg.duration_s]
-                cut_by.append("--duration")
-        else:
-            offsets = arrivals.schedule(
-                cfg.arrival,
-                rate_per_s=cfg.rate_per_s,
-                burstiness=cfg.burstiness,
-                seed=cfg.seed,
-                n=n,
-                duration_s=None if n else cfg.duration_s,
-            )
-            if cfg.num_sessions and available is not None and cfg.num_sessions < available:
-                cut_by.append("--num-sessions")
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
-    if n is not None and cfg.duration_s is not None and len(offsets) and offsets[-1] >= cfg.duration_s:
-        offsets = offsets[offsets < cfg.duration_s]
-        if "--duration" not in cut_by:
+    if cfg.arrival == "trace":
+        # A trace bounds itself: take it whole, then cut to the sessions and duration asked.
+        own = None if cfg.trace_path else workload.arrival_offsets()
+        if own is None and not cfg.trace_path:
+            raise UserError("--arrival trace needs --trace FILE or a workload with timestamps")
+        offsets = trace_offsets(cfg, own)
+        available = len(offsets) if available is None else min(available, len(offsets))
+        if n is not None and n < len(offsets):
+            offsets = offsets[:n]
+            cut_by.append("--num-sessions")
+        offsets, cut = cut_at_duration(offsets, cfg.duration_s)
+        if cut:
+            cut_by.append("--duration")
+    else:
+        offsets = generated_offsets(cfg, n, None if n else cfg.duration_s)
+        if cfg.num_sessions and available is not None and cfg.num_sessions < available:
+            cut_by.append("--num-sessions")
+    if n is not None:
+        offsets, cut = cut_at_duration(offsets, cfg.duration_s)
+        if cut and "--duration" not in cut_by:
             cut_by.append("--duration")
     return Schedule(offsets, available, cut_by)
-
-
-def share_indices(length: int, n_slots: int, slot: int, splits: list[list[int]] | None = None) -> np.ndarray:
-    """Indices of the arrivals of ``slot`` (``k % n_slots == slot``), narrowed by ``splits``.
-
-    A lost worker's share is re-planned onto m survivors as ``[m, j]``: survivor j takes the
-    share's arrivals at positions p (k // n_slots) with ``p % m == j``. A share re-planned again
-    adds another split, applied to ``p // m``: shares nest, stay disjoint and together cover the
-    lost share once, and session k stays session k whoever sends it.
-    """
-    mine = arrivals.worker_share(length, n_slots, slot)
-    if not splits:
-        return mine
-    p = mine // n_slots
-    keep = np.ones(len(mine), dtype=bool)
-    for m, j in splits:
-        keep &= (p % m) == j
-        p = p // m
-    return mine[keep]
 
 
 def build_schedule(plan: Plan, workload) -> list[tuple[int, float]]:

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from loadgen.config import RunConfig
-from loadgen.engine.trace_file import trace_path_here
+from loadgen.engine.arrival_offsets import cut_at_duration, generated_offsets, trace_offsets
+from loadgen.engine.arrival_share import in_share
 from loadgen.errors import UserError
-from workloads import arrivals
 from workloads.errors import WorkloadError
 from workloads.streamed import StreamedTraceWorkload
 
@@ -34,19 +34,6 @@ log = logging.getLogger("loadgen")
 PAUSE_EVERY_ROWS = 256  # ~1 ms of parsing
 
 Arrival = tuple[int, float, "dict[str, Any] | None"]  # (session index, offset s, record)
-
-
-def in_share(k: int, n_slots: int, slot: int, splits: Iterable[Iterable[int]] | None = None) -> bool:
-    """Whether arrival ``k`` is in slot ``slot``'s share narrowed by ``splits``
-    (``loadgen.engine.driver.share_indices`` for one index)."""
-    if k % n_slots != slot:
-        return False
-    p = k // n_slots
-    for m, j in splits or ():
-        if p % m != j:
-            return False
-        p //= m
-    return True
 
 
 class StreamedSchedule:
@@ -157,33 +144,30 @@ class StreamedSchedule:
 def streamed_schedule(cfg: RunConfig, workload: StreamedTraceWorkload, *, count: bool = True) -> StreamedSchedule:
     """The run's schedule over a streamed trace. ``count``: count the planned arrivals now when
     the run is cut (a bounded read); a run of the whole file is counted by ``count_in_background``."""
-    try:
-        if cfg.arrival != "trace" or cfg.trace_path:
-            return _generated(cfg, workload)
-        if not workload.has_arrival_times():
-            raise UserError("--arrival trace needs --trace FILE or a workload with timestamps")
-        first = next(iter(_times(workload)))
-        scale = cfg.trace_time_scale
-        available = None
-        if cfg.trace_rate_per_s is not None:
-            # The mean rate is (n - 1) / span over the whole trace: one pass before the start.
-            n, last = 0, first
-            for n, last in enumerate(_times(workload), start=1):  # noqa: B007
-                pass
-            span = last - first
-            if n < 2 or span <= 0:
-                raise UserError("arrivals: cannot rescale a trace to a rate: all its arrivals are at one instant")
-            scale = (n - 1) / span / float(cfg.trace_rate_per_s)
-            available = n
-        sched = StreamedSchedule(
-            workload, scale=scale, t_first_s=first, n_limit=cfg.num_sessions, duration_s=cfg.duration_s
-        )
-        sched.available = available
-        if count and (cfg.num_sessions is not None or cfg.duration_s is not None):
-            sched.count_planned()
-        return sched
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
+    if cfg.arrival != "trace" or cfg.trace_path:
+        return _generated(cfg, workload)
+    if not workload.has_arrival_times():
+        raise UserError("--arrival trace needs --trace FILE or a workload with timestamps")
+    first = next(iter(_times(workload)))
+    scale = cfg.trace_time_scale
+    available = None
+    if cfg.trace_rate_per_s is not None:
+        # The mean rate is (n - 1) / span over the whole trace: one pass before the start.
+        n, last = 0, first
+        for n, last in enumerate(_times(workload), start=1):  # noqa: B007
+            pass
+        span = last - first
+        if n < 2 or span <= 0:
+            raise UserError("arrivals: cannot rescale a trace to a rate: all its arrivals are at one instant")
+        scale = (n - 1) / span / float(cfg.trace_rate_per_s)
+        available = n
+    sched = StreamedSchedule(
+        workload, scale=scale, t_first_s=first, n_limit=cfg.num_sessions, duration_s=cfg.duration_s
+    )
+    sched.available = available
+    if count and (cfg.num_sessions is not None or cfg.duration_s is not None):
+        sched.count_planned()
+    return sched
 
 
 def _times(workload: StreamedTraceWorkload) -> Iterator[float]:
@@ -204,17 +188,9 @@ def _generated(cfg: RunConfig, workload: StreamedTraceWorkload) -> StreamedSched
         n = min(n, held)
     else:
         available = n = workload.num_sessions
-    if cfg.arrival == "trace":
-        offsets = arrivals.trace(trace_path_here(cfg), time_scale=cfg.trace_time_scale)
-        if cfg.trace_rate_per_s is not None:
-            offsets = arrivals.rescale(offsets, rate_per_s=cfg.trace_rate_per_s)
-        offsets = offsets[:n]
-    else:
-        offsets = arrivals.schedule(
-            cfg.arrival, rate_per_s=cfg.rate_per_s, burstiness=cfg.burstiness, seed=cfg.seed, n=n, duration_s=None
-        )
-    if cfg.duration_s is not None and len(offsets) and offsets[-1] >= cfg.duration_s:
-        offsets = offsets[offsets < cfg.duration_s]
+    offsets = trace_offsets(cfg)[:n] if cfg.arrival == "trace" else generated_offsets(cfg, n, None)
+    offsets, cut = cut_at_duration(offsets, cfg.duration_s)
+    if cut:
         cut_by.append("--duration")
     sched = StreamedSchedule(workload, offsets=offsets)
     sched.available = available
