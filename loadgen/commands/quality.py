@@ -106,11 +106,8 @@ def _greedy_adapter(name: str) -> tuple[Any, float | None]:
         return get_adapter(name, temperature=0.0), 0.0
     except TargetError as e:
         if "does not take option" not in str(e):
-            raise UserError(str(e)) from None
-    try:
-        return get_adapter(name), None
-    except TargetError as e:
-        raise UserError(str(e)) from None
+            raise
+    return get_adapter(name), None
 
 
 def evaluate(
@@ -226,7 +223,6 @@ def run_quality_command(
 ) -> int:
     """``loadgen quality``: preflight, evaluate, print; 2 when below ``--min-score``."""
     from loadgen.engine.preflight import preflight
-    from targets.errors import TargetError
 
     check_min_score(min_score, "--min-score")
     if not target.startswith(("http://", "https://")):
@@ -238,10 +234,7 @@ def run_quality_command(
     api_key = os.environ.get(api_key_env) if api_key_env else None
     url = target.rstrip("/")
     tls = _tls(ca_cert, insecure) if url.startswith("https:") else None
-    try:
-        preflight(url, ad, model=model, api_key=api_key, timeout_s=10.0, ssl_context=tls)
-    except TargetError as e:
-        raise UserError(str(e)) from None
+    preflight(url, ad, model=model, api_key=api_key, timeout_s=10.0, ssl_context=tls)
     result = evaluate(
         url, items, adapter=adapter, model=model, api_key=api_key, eval_name=eval_label(eval_file),
         min_score=min_score, ssl_context=tls,
@@ -255,13 +248,9 @@ def run_quality_command(
 
 def _tls(ca_cert: str | None, insecure: bool) -> Any:
     """The https trust of ``--ca-cert``/``--insecure``, as the run's preflight and client use it."""
-    from targets.errors import TargetError
     from targets.tls import tls_context
 
-    try:
-        return tls_context(ca_cert, insecure)
-    except TargetError as e:
-        raise UserError(str(e)) from None
+    return tls_context(ca_cert, insecure)
 
 
 def validate_gate(min_score: float | None, eval_file: str | None) -> None:

@@ -14,9 +14,7 @@ from typing import Any
 
 import click
 
-from loadgen.errors import UserError
 from loadgen.runtime.run_workload import load_workload_named, parse_options_flag
-from workloads.errors import WorkloadError
 from workloads.progress import ReadProgress
 from workloads.streamed import STREAM_MIN_BYTES
 
@@ -34,13 +32,11 @@ def _progress(name: str, what: str) -> ReadProgress | None:
 
 
 def _one_pass(name: str, what: str, work: Callable[[ReadProgress | None], Any]) -> Any:
-    """``work(progress)``: one pass over the workload, with its progress line, a bad row as a
-    user error naming it."""
+    """``work(progress)``: one pass over the workload, with its progress line (a bad row's
+    ``WorkloadError`` names it)."""
     progress = _progress(name, what)
     try:
         return work(progress)
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
     finally:
         if progress is not None:
             progress.done()

@@ -23,14 +23,10 @@ FILE_SUFFIXES = (".yaml", ".yml", ".jsonl", ".json", ".csv", ".gz", ".gzip", ".z
 
 
 def parse_options_flag(text: str) -> dict[str, str]:
-    """``--workload-options`` as a dict; a one-line ``UserError`` for a malformed item."""
-    from workloads.errors import WorkloadError
+    """``--workload-options`` as a dict; a one-line ``WorkloadError`` for a malformed item."""
     from workloads.readers import parse_workload_options
 
-    try:
-        return parse_workload_options(text)
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
+    return parse_workload_options(text)
 
 
 def workload_file_text(workload: str) -> str | None:
@@ -62,13 +58,9 @@ def workload_file_text(workload: str) -> str | None:
 
 def tokenizer_file_text(name_or_path: str) -> str | None:
     """The tokenizer.json content to ship to workers (None when it is too large to ship)."""
-    from workloads.errors import WorkloadError
     from workloads.hf_tokenizer import resolve_tokenizer_file
 
-    try:
-        path = resolve_tokenizer_file(name_or_path)
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
+    path = resolve_tokenizer_file(name_or_path)
     if path.stat().st_size > MAX_SHIPPED_BYTES:
         return None
     return path.read_text(encoding="utf-8")
@@ -76,17 +68,13 @@ def tokenizer_file_text(name_or_path: str) -> str | None:
 
 def load_tokenizer(name_or_path: str | None, json_text: str | None = None) -> Any:
     """The run's tokenizer: loadgen's built-in one, or ``--tokenizer`` (from shipped text on a worker)."""
-    from workloads.errors import WorkloadError
     from workloads.hf_tokenizer import load_hf_tokenizer
     from workloads.text import BUILTIN
 
     if not name_or_path:
         return BUILTIN
     here = json_text is None or Path(name_or_path).exists()
-    try:
-        return load_hf_tokenizer(name_or_path, json_text=None if here else json_text)
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
+    return load_hf_tokenizer(name_or_path, json_text=None if here else json_text)
 
 
 def load_workload_named(
