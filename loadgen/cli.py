@@ -10,18 +10,8 @@ from typing import Any
 import click
 
 from analysis.units import DURATION_FORM, RATE_FORM, parse_duration_s, parse_rate_per_s
-from loadgen.engine.worker_clock import (
-    ALLOW_CLOCK_OFFSET_HELP,
-    MAX_CLOCK_OFFSET_DEFAULT,
-    MAX_CLOCK_OFFSET_HELP,
-)
 from loadgen.errors import USAGE_EXIT_CODE, UserError, as_user_error
-from loadgen.runtime.loss_timeouts import (
-    DEFAULT_MASTER_LOSS_TIMEOUT_S,
-    DEFAULT_WORKER_LOSS_TIMEOUT_S,
-    MASTER_LOSS_TIMEOUT_HELP,
-    WORKER_LOSS_TIMEOUT_HELP,
-)
+from loadgen.runtime.run_options import AB, FLAG, MASTER, RUN, SWEEP, WORKER, RunOption, options_of
 
 
 class _Parsed(click.ParamType):
@@ -44,73 +34,37 @@ DURATION = _Parsed("duration", parse_duration_s, DURATION_FORM)
 RATE = _Parsed("rate", parse_rate_per_s, RATE_FORM)
 
 
-def run_options(f: Callable) -> Callable:
-    """The options shared by run, master, ab and sweep (names match loadgen/runtime/locust_options.py)."""
-    opts = [
-        click.option("--workload", default="agentic-coding", show_default=True, help="Shipped spec name, .yaml spec, or data file (session .jsonl, ShareGPT .json, Mooncake .jsonl, Azure .csv)."),
-        click.option("--workload-format", default=None, help="Data file format: sessions, sharegpt, mooncake, azure, burstgpt, bailian, weka-trace (default: detected)."),
-        click.option("--workload-options", default=None, help="Reader options, e.g. min_turns=2,max_prompt_tokens=4096 or block_size=512."),
-        click.option("--tokenizer", default=None, help="Exact prompt lengths and output counts: a tokenizer.json, a directory holding one, or a cached ORG/NAME."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Same seed: same sessions, prompts, arrival times."),
-        click.option("--arrival", type=click.Choice(["auto", "poisson", "gamma", "constant", "trace"]), default="auto", show_default=True, help="auto: the workload's own timestamps (traces), else poisson."),
-        click.option("--rate", type=RATE, default=None, help="Session arrivals per second, e.g. 2 or 30/min (default 1); with trace arrivals, the trace is rescaled to this mean rate."),
-        click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1 = Poisson; < 1 burstier)."),
-        click.option("--trace", type=click.Path(exists=True, dir_okay=False), default=None, help="Timestamps file for --arrival trace."),
-        click.option("--trace-time-scale", type=float, default=1.0, show_default=True),
-        click.option("--concurrency", type=click.IntRange(min=0), default=0, help="Closed loop: N agents back to back."),
-        click.option("--num-sessions", type=click.IntRange(min=0), default=0, help="Exact run of N sessions."),
-        click.option("--duration", type=DURATION, default=None, help="Arrivals stop after this long (default 60s unless --num-sessions)."),
-        click.option("--warmup", type=DURATION, default="0s", show_default=True),
-        click.option("--target", default=None, help="Base URL of the server (default: an embedded simulated engine)."),
-        click.option("--target-file", default=None, help="YAML: url, adapter, model, cost_per_hour, labels, expect."),
-        click.option("--adapter", default="openai-chat", show_default=True, help="API flavour (loadgen.targets entry points)."),
-        click.option("--adapter-options", default=None, help="The adapter's options, e.g. server_history=true (openai-responses); docs/targets.md."),
-        click.option("--model", default=None, help="Model name to send."),
-        click.option("--expect-model", default=None, help="Abort before load unless the server serves this model."),
-        click.option("--api-key-env", default=None, help="Environment variable that holds the API key."),
-        click.option("--session-header", default=None, help="Header for the session id (default X-Session-ID or the router's)."),
-        click.option("--target-label", default=None),
-        click.option("--cost-per-hour", type=float, default=None, help="Target cost in USD/hour (tokens per dollar)."),
-        click.option("--request-timeout", type=DURATION, default="300s", show_default=True),
-        click.option("--first-byte-timeout", type=DURATION, default="0s", show_default=True, help="Deadline from request sent to response headers (0s = off)."),
-        click.option("--idle-timeout", type=DURATION, default="0s", show_default=True, help="Longest silence between chunks of a response (0s = off)."),
-        click.option("--retry-after-cap", type=DURATION, default="0s", show_default=True, help="Wait out a 429's Retry-After up to this, then resend (0s = off: a 429 fails)."),
-        click.option("--ca-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificates to trust for an https:// target."),
-        click.option("--insecure", is_flag=True, help="https:// without certificate checks (recorded in run.json as a warning)."),
-        click.option("--stop-timeout", type=DURATION, default="30s", show_default=True, help="How long requests on the wire may finish at stop."),
-        click.option("--slo", default=None, help="e.g. ttft_p99=500ms,itl_p99=50ms; per request: ttft=1s,tpot=80ms."),
-        click.option(
-            "--max-schedule-lag", type=DURATION, default=None,
-            help="Bound on the generator's lag p99 (default: a rule from the arrival gaps and the ITL, at least 10ms; docs/performance.md).",
-        ),
-        click.option("--results", default="results", show_default=True, type=click.Path(file_okay=False)),
-        click.option("--run-id", default=None),
-        click.option("--profile", default="h200-llama3-8b-fp8", show_default=True, help="Embedded sim profile (targets/sim/profiles)."),
-        click.option("--time-scale", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Embedded sim time scale (0 = fastest)."),
-        click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True, help="Embedded engine replicas."),
-        click.option("--router", default="none", show_default=True, help="Embedded router: none, sglang:<policy>, vllm:<policy>."),
-        click.option("--engine", type=click.Choice(["sim", "llama-server"]), default="sim", show_default=True),
-        click.option("--llama-parallel", type=click.IntRange(min=1), default=1, show_default=True, help="llama-server slots per replica (--engine llama-server)."),
-        click.option("--llama-ctx", type=click.IntRange(min=64), default=2048, show_default=True, help="llama-server KV tokens per replica, shared by its slots."),
-        click.option("--html", is_flag=True, help="Also write report.html."),
-        click.option("--quality-gate", type=float, default=None, metavar="MIN", help="Before load, run the quality eval; exit 2 if the score (0-1) is below MIN."),
-        click.option("--quality-eval", default=None, metavar="FILE", help="Eval set (JSONL) for the quality gate [default: the shipped one]."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+class _TableValue(click.ParamType):
+    """A click type that checks a value with its row of the options table: the same one-line
+    message (``Error: --rate: ...``, exit 2) as the Locust process gives for the same mistake."""
+
+    def __init__(self, row: RunOption) -> None:
+        self.row = row
+        self.name = row.kind
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        try:
+            return self.row.front_value(value)
+        except UserError as e:
+            raise UsageFailure(e.message) from None
 
 
-def prometheus_options(f: Callable) -> Callable:
-    """The master's live /metrics endpoint (run, master; names match loadgen/runtime/locust_options.py)."""
-    opts = [
-        click.option("--prometheus-port", type=click.IntRange(min=0, max=65535), default=0, help="Serve live metrics for Prometheus at /metrics on this port (0 = off)."),
-        click.option("--prometheus-host", default="127.0.0.1", show_default=True, help="Address of /metrics (0.0.0.0 inside a pod)."),
-        click.option("--prometheus-linger", type=DURATION, default="0s", show_default=True, help="Keep /metrics up this long after the run ends, for a last scrape."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+def table_options(command: str) -> Callable[[Callable], Callable]:
+    """The click options of ``command``: its rows of ``loadgen.runtime.run_options.RUN_OPTIONS``."""
+
+    def decorate(f: Callable) -> Callable:
+        for row in reversed(options_of(command)):
+            if row.kind == FLAG:
+                f = click.option(row.flag, is_flag=True, help=row.help)(f)
+                continue
+            metavar = row.metavar or (f"[{'|'.join(row.choices)}]" if row.choices else None)
+            f = click.option(
+                row.flag, type=_TableValue(row), default=row.default, required=row.required, metavar=metavar,
+                show_default=row.default is not None and not row.required, help=row.help,
+            )(f)  # fmt: skip
+        return f
+
+    return decorate
 
 
 def _run_options(kwargs: dict[str, Any]) -> Any:
@@ -148,11 +102,7 @@ def main() -> None:
 
 
 @main.command()
-@run_options
-@prometheus_options
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Local worker processes.")
-@click.option("--web", is_flag=True, help="Open Locust's web UI (with the LLM tab) instead of running headless.")
-@click.option("--web-port", type=int, default=8089, show_default=True)
+@table_options(RUN)
 def run(**kwargs: Any) -> None:
     """Run a workload against a target (or an embedded simulated engine) and report."""
     from loadgen.commands.run import run as run_load
@@ -161,19 +111,7 @@ def run(**kwargs: Any) -> None:
 
 
 @main.command()
-@run_options
-@prometheus_options
-@click.option("--expect-workers", type=click.IntRange(min=1), required=True, help="Start when this many workers joined.")
-@click.option("--bind", default="127.0.0.1", show_default=True, help="Address for workers and the web UI (0.0.0.0 for remote workers).")
-@click.option("--master-port", type=int, default=5557, show_default=True)
-@click.option("--web-port", type=int, default=8089, show_default=True)
-@click.option("--headless", is_flag=True, help="No web UI: start when the workers joined, exit with the verdict.")
-@click.option("--on-worker-loss", type=click.Choice(["continue", "abort"]), default="continue", show_default=True)
-@click.option("--join-secret-file", default=None, help="File holding the workers' join secret (default: $LOADGEN_JOIN_SECRET). Required off loopback.")
-@click.option("--allow-unauthenticated-workers", is_flag=True, help="Off loopback without a join secret: any client reaching the port joins (recorded in run.json).")
-@click.option("--worker-loss-timeout", type=DURATION, default=f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s", show_default=True, help=WORKER_LOSS_TIMEOUT_HELP)
-@click.option("--max-clock-offset", type=DURATION, default=MAX_CLOCK_OFFSET_DEFAULT, show_default=True, help=MAX_CLOCK_OFFSET_HELP)
-@click.option("--allow-clock-offset", is_flag=True, help=ALLOW_CLOCK_OFFSET_HELP)
+@table_options(MASTER)
 def master(**kwargs: Any) -> None:
     """Run as the master of a distributed run; workers join with 'loadgen worker'."""
     from loadgen.commands.run import run as run_load
@@ -183,10 +121,8 @@ def master(**kwargs: Any) -> None:
 
 @main.command()
 @click.option("--master-host", required=True, help="Address of 'loadgen master'.")
-@click.option("--master-port", type=int, default=5557, show_default=True)
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes on this machine.")
-@click.option("--join-secret-file", default=None, help="File holding the master's join secret (default: $LOADGEN_JOIN_SECRET).")
-@click.option("--master-loss-timeout", type=DURATION, default=f"{DEFAULT_MASTER_LOSS_TIMEOUT_S:g}s", show_default=True, help=MASTER_LOSS_TIMEOUT_HELP)
+@table_options(WORKER)
 def worker(master_host: str, master_port: int, processes: int, join_secret_file: str | None, master_loss_timeout: str) -> None:
     """Run a worker; it takes its plan (workload, rate, target, seed) from the master."""
     from loadgen.commands.run import run_worker
@@ -195,7 +131,7 @@ def worker(master_host: str, master_port: int, processes: int, join_secret_file:
 
 
 @main.command()
-@run_options
+@table_options(AB)
 @click.option("--arms", required=True, help="NAME=ROUTER,... e.g. rr=sglang:round_robin,ca=sglang:cache_aware")
 @click.option("--predict/--no-predict", default=True, show_default=True, help="With --engine llama-server: also run the arms on sims fitted to the replicas, and compare.")
 def ab(arms: str, predict: bool, **kwargs: Any) -> None:
@@ -280,14 +216,13 @@ def gate(run_dir: str, **kwargs: Any) -> None:
 
 
 @main.command()
-@run_options
+@table_options(SWEEP)
 @click.option("--rates", default=None, help="Grid: run each rate, e.g. 1,2,4,8 (sessions/s).")
 @click.option("--search", is_flag=True, help="Bisect between --min-rate and --max-rate for the max rate.")
 @click.option("--min-rate", type=RATE, default=None, help="Lowest rate of --search.")
 @click.option("--max-rate", type=RATE, default=None, help="Highest rate of --search.")
 @click.option("--steps", type=click.IntRange(min=1, max=20), default=6, show_default=True, help="Halvings of --search.")
 @click.option("--max-error-rate", default="1%", show_default=True, help="A rate with more errors does not hold.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Local worker processes.")
 def sweep(**kwargs: Any) -> None:
     """Find the largest arrival rate that holds the --slo percentile SLOs: a grid or a bisection of runs."""
     from loadgen.commands.sweep import run_sweep_command

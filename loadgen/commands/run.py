@@ -14,170 +14,49 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from loadgen.commands import server_scrape
-from loadgen.engine.worker_clock import MAX_CLOCK_OFFSET_DEFAULT, parse_max_clock_offset
 from loadgen.errors import UserError
 from loadgen.runtime.locust_options import new_run_id
-from loadgen.runtime.loss_timeouts import (
-    DEFAULT_MASTER_LOSS_TIMEOUT_S,
-    DEFAULT_WORKER_LOSS_TIMEOUT_S,
-    parse_loss_timeout,
+from loadgen.runtime.loss_timeouts import DEFAULT_MASTER_LOSS_TIMEOUT_S, parse_loss_timeout
+from loadgen.runtime.run_options import (
+    RunOptions,
+    check_each,
+    check_session_count,
+    check_tls_choice,
+    resolve_arrival,
 )
+from loadgen.runtime.run_options import locust_args as table_locust_args
 from loadgen.runtime.stop_request import STOP_SIGNAL
 from loadgen.runtime.verdict import EXIT_CODES, EXIT_INCOMPLETE
 
 LOCUSTFILE = str(Path(__file__).parent.parent / "locustfile.py")  # at its documented path: loadgen/locustfile.py
 
 
-@dataclass
-class RunOptions:
-    """What the click front collected; names match the locustfile options."""
-
-    workload: str = "agentic-coding"
-    workload_format: str | None = None
-    workload_options: str | None = None
-    tokenizer: str | None = None
-    seed: int = 0
-    arrival: str = "auto"
-    rate: str | None = None  # None: 1/s, or a trace's own rate
-    burstiness: float = 1.0
-    trace: str | None = None
-    trace_time_scale: float = 1.0
-    concurrency: int = 0
-    num_sessions: int = 0
-    duration: str | None = None
-    warmup: str = "0s"
-    target: str | None = None
-    adapter: str = "openai-chat"
-    adapter_options: str | None = None  # key=value,... (loadgen/adapter_options.py)
-    model: str | None = None
-    api_key_env: str | None = None
-    session_header: str | None = None
-    target_label: str | None = None
-    target_kind: str | None = None
-    cost_per_hour: float | None = None
-    request_timeout: str = "300s"
-    first_byte_timeout: str = "0s"
-    idle_timeout: str = "0s"
-    retry_after_cap: str = "0s"
-    ca_cert: str | None = None
-    insecure: bool = False
-    stop_timeout: str = "30s"
-    slo: str | None = None
-    max_schedule_lag: str | None = None  # None: the rule of docs/performance.md
-    results: str = "results"
-    run_id: str | None = None
-    expect_model: str | None = None
-    target_file: str | None = None
-    target_labels: dict[str, str] = field(default_factory=dict)
-    expect: dict[str, str] = field(default_factory=dict)
-    # embedded fleet
-    profile: str = "h200-llama3-8b-fp8"
-    time_scale: float = 1.0
-    replicas: int = 1
-    router: str = "none"
-    engine: str = "sim"
-    llama_parallel: int = 1  # llama-server --parallel (slots per replica)
-    llama_ctx: int = 2048  # llama-server --ctx-size (KV tokens per replica, shared by its slots)
-    # processes
-    workers: int = 1
-    web: bool = False
-    web_host: str = "127.0.0.1"
-    web_port: int = 8089
-    on_worker_loss: str = "continue"
-    # distributed master (workers connect over Locust's ZeroMQ channel)
-    master: bool = False
-    expect_workers: int = 1
-    bind: str = "127.0.0.1"
-    master_port: int = 5557
-    headless: bool = True
-    # who may join (loadgen/runtime/join_auth.py): the secret is read from $LOADGEN_JOIN_SECRET or this file
-    join_secret_file: str | None = None
-    allow_unauthenticated_workers: bool = False
-    worker_loss_timeout: str = f"{DEFAULT_WORKER_LOSS_TIMEOUT_S:g}s"  # a worker silent this long is lost
-    # a worker whose clock is off by more than this is refused before load (loadgen/engine/worker_clock.py)
-    max_clock_offset: str = MAX_CLOCK_OFFSET_DEFAULT
-    allow_clock_offset: bool = False
-    # the master's Prometheus endpoint (loadgen/live/metrics_endpoint.py); 0 = off
-    prometheus_port: int = 0
-    prometheus_host: str = "127.0.0.1"
-    prometheus_linger: str = "0s"
-    html: bool = False
-    quiet: bool = False
-    # quality gate before load (loadgen/commands/quality.py): refuse the run below this score
-    quality_gate: float | None = None
-    quality_eval: str | None = None
-    extra_locust_args: list[str] = field(default_factory=list)
-
-
 def validate(opts: RunOptions) -> None:
-    """Everything checkable without a server, so bad input fails before any process starts."""
+    """Everything checkable without a server, so bad input fails before any process starts: each
+    option by its row of the table (``loadgen.runtime.run_options``), then what joins several."""
     if opts.target_file:
         from loadgen.target_file import apply_target_file, load_target_file
 
         apply_target_file(opts, load_target_file(opts.target_file))
     if opts.expect_model:
         opts.expect = {**opts.expect, "model": opts.expect_model}
-    from analysis.units import parse_duration_s, parse_rate_per_s
+    check_each(opts)
     from loadgen.runtime.run_workload import load_workload_named, parse_options_flag
 
     workload = load_workload_named(
         opts.workload, opts.workload_format, parse_options_flag(opts.workload_options or ""), opts.tokenizer, stream=True
     )
-    for flag, value, parse in (
-        ("--rate", opts.rate, parse_rate_per_s),
-        ("--duration", opts.duration, parse_duration_s),
-        ("--warmup", opts.warmup, parse_duration_s),
-        ("--request-timeout", opts.request_timeout, parse_duration_s),
-        ("--first-byte-timeout", opts.first_byte_timeout, parse_duration_s),
-        ("--idle-timeout", opts.idle_timeout, parse_duration_s),
-        ("--retry-after-cap", opts.retry_after_cap, parse_duration_s),
-        ("--stop-timeout", opts.stop_timeout, parse_duration_s),
-        ("--max-schedule-lag", opts.max_schedule_lag, parse_duration_s),
-    ):
-        if value is None:
-            continue
-        try:
-            parse(value)
-        except ValueError as e:
-            raise UserError(f"{flag}: {e}") from None
-    if opts.slo:
-        from analysis.slo import parse_slos
-
-        try:
-            parse_slos(opts.slo)
-        except ValueError as e:
-            raise UserError(f"--slo: {e}") from None
-    if opts.api_key_env and opts.api_key_env not in os.environ:
-        raise UserError(f"--api-key-env {opts.api_key_env}: that environment variable is not set")
+    check_tls_choice(opts.ca_cert, opts.insecure)
     if opts.ca_cert or opts.insecure:
-        from targets.errors import TargetError
         from targets.tls import tls_context
 
-        try:
-            tls_context(opts.ca_cert, opts.insecure)
-        except TargetError as e:
-            raise UserError(str(e)) from None
-    if opts.workers < 1:
-        raise UserError(f"--workers {opts.workers}: must be at least 1")
-    if opts.master:
-        parse_loss_timeout("--worker-loss-timeout", opts.worker_loss_timeout)
-        try:
-            parse_max_clock_offset(opts.max_clock_offset)
-        except ValueError as e:
-            raise UserError(f"--max-clock-offset: {e}") from None
-    from loadgen.runtime.locust_options import check_positive, check_session_count
-
-    check_positive("--trace-time-scale", opts.trace_time_scale, "it multiplies the trace's gaps: 0.5 replays twice as fast")
-    check_positive("--burstiness", opts.burstiness, "1 = Poisson, < 1 burstier")
-    if opts.num_sessions < 0 or opts.concurrency < 0:
-        raise UserError("--num-sessions and --concurrency must be 0 or more")
+        tls_context(opts.ca_cert, opts.insecure)
     available = workload.sessions_available(at_most=opts.num_sessions or 1)  # a streamed trace: read that far
     check_session_count(opts.num_sessions, available, f"--workload {opts.workload}")
     if opts.trace:
@@ -196,15 +75,10 @@ def validate(opts: RunOptions) -> None:
         from loadgen.live.metrics_endpoint import check_bindable
 
         check_bindable(opts.prometheus_host, opts.prometheus_port)
-    if opts.arrival == "trace" and not opts.trace and not workload.has_arrival_times():
-        raise UserError(
-            "--arrival trace needs --trace FILE or a workload with timestamps (a Mooncake or Azure trace, "
-            "or a session file with arrival_s)"
-        )
-    if opts.rate is not None and opts.trace_time_scale != 1.0:
-        arrival = opts.arrival
-        if arrival == "trace" or (arrival == "auto" and (opts.trace or workload.has_arrival_times())):
-            raise UserError("--rate and --trace-time-scale both rescale the trace; give one of them")
+    resolve_arrival(
+        opts.arrival, trace_given=bool(opts.trace), has_timestamps=workload.has_arrival_times(),
+        rate_given=opts.rate is not None, trace_time_scale=opts.trace_time_scale,
+    )  # fmt: skip
     from loadgen.adapter_options import checked_adapter, parse_adapter_options
 
     checked_adapter(opts.adapter, parse_adapter_options(opts.adapter_options or ""))
@@ -215,54 +89,10 @@ def validate(opts: RunOptions) -> None:
 
 
 def locust_args(opts: RunOptions, url: str, target_info_path: str | None) -> list[str]:
-    """loadgen's options as Locust command-line flags (see loadgen/runtime/locust_options.py)."""
-    args = [
-        "--host", url,
-        "--workload", opts.workload,
-        "--seed", str(opts.seed),
-        "--arrival", opts.arrival,
-        "--burstiness", str(opts.burstiness),
-        "--trace-time-scale", str(opts.trace_time_scale),
-        "--concurrency", str(opts.concurrency),
-        "--num-sessions", str(opts.num_sessions),
-        "--warmup", opts.warmup,
-        "--adapter", opts.adapter,
-        "--request-timeout", opts.request_timeout,
-        "--first-byte-timeout", opts.first_byte_timeout,
-        "--idle-timeout", opts.idle_timeout,
-        "--retry-after-cap", opts.retry_after_cap,
-        "--loadgen-stop-timeout", opts.stop_timeout,
-        "--results", opts.results,
-        "--on-worker-loss", opts.on_worker_loss,
-    ]  # fmt: skip
-    optional = {
-        "--rate": None if opts.rate is None else str(opts.rate),
-        "--workload-format": opts.workload_format,
-        "--workload-options": opts.workload_options,
-        "--adapter-options": opts.adapter_options,
-        "--tokenizer": opts.tokenizer,
-        "--trace": opts.trace,
-        "--duration": opts.duration,
-        "--model": opts.model,
-        "--api-key-env": opts.api_key_env,
-        "--session-header": opts.session_header,
-        "--target-label": opts.target_label,
-        "--target-kind": opts.target_kind,
-        "--cost-per-hour": None if opts.cost_per_hour is None else str(opts.cost_per_hour),
-        "--slo": opts.slo,
-        "--max-schedule-lag": opts.max_schedule_lag,
-        "--run-id": opts.run_id,
-        "--target-info": target_info_path,
-        "--ca-cert": opts.ca_cert,
-    }
-    for flag, value in optional.items():
-        if value:
-            args += [flag, value]
-    if opts.insecure:
-        args.append("--insecure")
-    if opts.prometheus_port:
-        args += ["--prometheus-port", str(opts.prometheus_port), "--prometheus-host", opts.prometheus_host]
-        args += ["--prometheus-linger", opts.prometheus_linger]
+    """loadgen's options as Locust command-line flags (the table's rows that Locust takes)."""
+    args = ["--host", url, *table_locust_args(opts)]
+    if target_info_path:
+        args += ["--target-info", target_info_path]
     return args
 
 

@@ -69,7 +69,7 @@ def test_exit_code_1_for_request_failures(tmp_path) -> None:
 def test_exit_code_2_for_usage_errors(tmp_path) -> None:
     r = loadgen("run", "--rate", "fast", "--results", str(tmp_path))
     assert r.returncode == 2
-    assert "Invalid value for '--rate'" in r.stderr and "Traceback" not in r.stderr
+    assert "Error: --rate: 'fast' is not a rate" in r.stderr and "Traceback" not in r.stderr
 
     # The stock Locust command with loadgen's locustfile: the error is found inside Locust,
     # before any load, and still ends with one verdict line and exit 2.
