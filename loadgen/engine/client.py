@@ -95,6 +95,7 @@ from targets.adapters.base import Adapter, BadChunk, PreparedRequest
 if TYPE_CHECKING:
     pass
 
+from loadgen.engine import http_reply
 from loadgen.engine.http_reply import (
     HEAD_KEPT,
     BadBody,
@@ -269,7 +270,7 @@ class SessionConnection:
             headers=headers,
             received=resp.received,
             first_bytes=resp.head_bytes,
-            pending=bytes(resp._body_buffer[:HEAD_KEPT]),
+            pending=resp.pending(HEAD_KEPT),
         )
 
     def close(self) -> None:
@@ -363,7 +364,9 @@ class SessionConnection:
             sock = self._sock
             res.reused_connection = not fresh
             self._phase = "sending the request"
-            resp = self.last_response = StampedResponse(sock, self._block_size, self._kernel_ts, self._max_line_bytes)
+            resp = self.last_response = StampedResponse(
+                sock, self._block_size, self._kernel_ts, self._max_line_bytes, prepared.stream and _compiled_reader()
+            )
             res.t_send_ns = t_first_send_ns or _perf_ns()
             try:
                 if self._idle_timeout_s is not None:
@@ -668,6 +671,12 @@ class SessionConnection:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + prepared.body
 
     _fail = staticmethod(fail)
+
+
+def _compiled_reader() -> bool:
+    """Whether a streamed body is read by the compiled reader (``http_reply.READER``, read per
+    request so that a test can switch it)."""
+    return http_reply.READER == "compiled"
 
 
 def _only_tls_records(sock: ssl.SSLSocket) -> bool:

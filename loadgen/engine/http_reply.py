@@ -6,6 +6,7 @@ end in (``BadBody``, ``FirstByteTimeout``, ``ClosedBeforeResponse``).
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import struct
@@ -20,6 +21,16 @@ from targets.adapters.base import BadChunk
 
 if TYPE_CHECKING:
     pass
+
+try:  # the compiled body reader (loadgen/engine/_reader.c), built by the install where it can be
+    from loadgen.engine import _reader
+except ImportError:
+    _reader = None
+
+# Which reader streams a reply body: "compiled" (loadgen.engine._reader: de-framing and line
+# splitting in C) when it is built, else "python" (geventhttpclient's parser and take_lines below,
+# the reference the compiled one is tested against). LOADGEN_READER=python forces the Python one.
+READER = "compiled" if _reader is not None and os.environ.get("LOADGEN_READER", "") != "python" else "python"
 
 
 # zlib window bits: 32 + 15 reads a zlib or a gzip header, whichever the body starts with.
@@ -98,6 +109,7 @@ class StampedResponse(HTTPResponse):
         block_size: int,
         kernel_timestamps: bool = False,
         max_line_bytes: int = 8 << 20,
+        compiled: bool = False,
     ) -> None:
         super().__init__("POST")
         self.sock = sock
@@ -108,7 +120,12 @@ class StampedResponse(HTTPResponse):
         self._scan_from = 0  # bytes of the buffer already searched for a newline
         self._inflate = None  # a decompressor's decompress() when the body is compressed
         self._undecodable: str | None = None
-        self.ended_mid_line = False  # the body ended with a line that has no newline
+        self._ended_mid_line = False  # the body ended with a line that has no newline
+        # A streamed 2xx body is read by the compiled reader when asked (and it is built): the
+        # parser then sees only the head, and the body's bytes go to it (``_body_reader``).
+        self._compiled = compiled and _reader is not None
+        self._body_reader = None
+        self._head_tail = b""  # the last bytes of the head fed so far (its end may span reads)
         self.head_bytes = b""  # the first bytes that came, up to HEAD_KEPT (what the server said)
         self._at_start = True  # no body line returned yet (a leading byte order mark is dropped)
         self._any_eol = False  # a lone CR was seen: lines end at CR, LF or CRLF from now on
@@ -124,6 +141,17 @@ class StampedResponse(HTTPResponse):
         self.t_recv_ns = arrival_ns(anc)
         return data
 
+    @property
+    def ended_mid_line(self) -> bool:
+        """The body ended with a line that has no line end (a close-delimited body cut mid-line)."""
+        r = self._body_reader
+        return r.ended_mid_line if r is not None else self._ended_mid_line
+
+    @property
+    def reader(self) -> str:
+        """Which reader read this body: "compiled" or "python"."""
+        return "compiled" if self._body_reader is not None else "python"
+
     def read_headers(self) -> None:
         while not self.headers_complete or self.get_code() < 200:
             data = self._recv()
@@ -132,7 +160,74 @@ class StampedResponse(HTTPResponse):
             if self.received < HEAD_KEPT:
                 self.head_bytes += data[: HEAD_KEPT - self.received]
             self.received += len(data)
-            self.feed(data)
+            if self._compiled:
+                self._feed_head(data)
+            else:
+                self.feed(data)
+
+    def _feed_head(self, data: bytes) -> None:
+        """``feed`` for the compiled reader: the parser gets the head up to its blank line; the
+        body's bytes after it go to a ``BodyReader`` when the reply is one it reads (else to the
+        parser, as on the Python path)."""
+        while data:
+            seen = self._head_tail + data
+            end = seen.find(b"\r\n\r\n")
+            if end < 0:
+                self._head_tail = seen[-3:]
+                self.feed(data)
+                return
+            cut = end + 4 - len(self._head_tail)  # the head's end, as an offset into data
+            self._head_tail = b""
+            self.feed(data[:cut])
+            data = data[cut:]
+            if not self.headers_complete:  # the parser did not end its head there: it reads on
+                self._compiled = False
+                self.feed(data)
+                return
+            if self.get_code() >= 200:
+                break
+        else:
+            return  # the read ended with a 1xx reply's head: the final head is still to come
+        self._compiled = False
+        mode = self._body_mode()
+        if mode is None:
+            if data:
+                self.feed(data)
+            return
+        kind, length = mode
+        self._body_reader = r = _reader.BodyReader(kind, length, self.max_line_bytes, HTTPParseError, BadBody)
+        self.message_complete = r.complete
+        # The hot path calls the compiled reader's methods directly.
+        self.take_lines = r.take_lines
+        self.feed_body = self._feed_compiled
+        if data:
+            self._feed_compiled(data)
+
+    def _body_mode(self) -> tuple[int, int] | None:
+        """How the compiled reader frames this reply's body, or None where the Python path reads it
+        (no body by status, an encoding to decode, a framing it leaves to the parser)."""
+        code = self.get_code()
+        if not 200 <= code < 300 or code == 204:
+            return None
+        encoding = self.get("content-encoding")
+        if encoding is not None and (not isinstance(encoding, str) or encoding.strip().lower() != "identity"):
+            return None
+        transfer = self.get("transfer-encoding")
+        length = self.get("content-length")
+        if transfer is not None:
+            if length is not None or not isinstance(transfer, str) or transfer.strip().lower() != "chunked":
+                return None
+            return _reader.MODE_CHUNKED, 0
+        if length is None:
+            return _reader.MODE_CLOSE, 0
+        if not isinstance(length, str) or not length.strip().isdigit():
+            return None
+        return _reader.MODE_LENGTH, int(length)
+
+    def _feed_compiled(self, data: bytes) -> None:
+        r = self._body_reader
+        r.feed(data)  # type: ignore[union-attr]
+        self.message_complete = r.complete  # type: ignore[union-attr]
 
     def _on_headers_complete(self) -> int | bool | None:
         skip = super()._on_headers_complete()
@@ -221,7 +316,7 @@ class StampedResponse(HTTPResponse):
             if buf:
                 line = bytes(buf)
                 buf.clear()
-                self.ended_mid_line = True
+                self._ended_mid_line = True
                 if self._at_start:
                     self._at_start = False
                     line = line.removeprefix(_BOM)
@@ -258,7 +353,7 @@ class StampedResponse(HTTPResponse):
             if buf:
                 line = bytes(buf)
                 buf.clear()
-                self.ended_mid_line = True
+                self._ended_mid_line = True
                 if self._at_start:
                     self._at_start = False
                     line = line.removeprefix(_BOM)
@@ -270,6 +365,11 @@ class StampedResponse(HTTPResponse):
 
     def read_body(self, limit: int) -> bytes:
         """The rest of the body, up to about ``limit`` bytes."""
+        r = self._body_reader
+        if r is not None:
+            while not r.complete and r.buffered <= limit:
+                self._fill()
+            return r.take_body(limit)
         buf = self._body_buffer
         while not self.message_complete and len(buf) <= limit:
             self._fill()
@@ -280,5 +380,12 @@ class StampedResponse(HTTPResponse):
         self._scan_from = 0
         return out
 
+    def pending(self, limit: int) -> bytes:
+        """The first ``limit`` body bytes buffered and not yet read (what came, for messages)."""
+        r = self._body_reader
+        return r.pending(limit) if r is not None else bytes(self._body_buffer[:limit])
+
     def keep_alive(self) -> bool:
+        if self._body_reader is not None:
+            return self._body_reader.complete and self.should_keep_alive()
         return self.message_complete and not self.parser_failed() and self.should_keep_alive()

@@ -1,0 +1,484 @@
+/* The compiled body reader: HTTP/1.1 body de-framing (chunked, Content-Length, close-delimited)
+ * and SSE line splitting of a streamed reply, as the bytes of each read arrive.
+ *
+ * The reference is the Python path in loadgen/engine/http_reply.py (geventhttpclient's llhttp
+ * parser feeding StampedResponse.take_lines): this module returns the same lines, byte for byte,
+ * and fails the same inputs with the same kinds of error (the exception classes are given by the
+ * caller, so this module imports nothing of the project). tests/unit/test_compiled_reader_diff.py
+ * holds the two paths to that.
+ *
+ * Chunked framing follows llhttp's strict grammar as geventhttpclient runs it: hex sizes (at most
+ * 16 digits' worth of value), ";name[=value]" extensions with token or quoted values, CRLF
+ * everywhere (a bare LF is an error), trailer fields up to the empty line. Bytes after the end of
+ * the message are an error, as llhttp reads them as a response that no request asked for.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { MODE_LENGTH = 0, MODE_CHUNKED = 1, MODE_CLOSE = 2 };
+
+enum {
+    CS_SIZE_START, CS_SIZE, CS_EXT_NAME, CS_EXT_VALUE_START, CS_EXT_VALUE, CS_EXT_QUOTED,
+    CS_EXT_QUOTED_ESC, CS_EXT_AFTER_QUOTED, CS_SIZE_LF, CS_DATA, CS_DATA_CR, CS_DATA_LF,
+    CS_TRAILER_START, CS_TRAILER_LINE, CS_TRAILER_LF, CS_END_LF, CS_DONE
+};
+
+typedef struct {
+    PyObject_HEAD
+    int mode;
+    int cstate;
+    uint64_t remaining;      /* Content-Length bytes left, or the current chunk's bytes left */
+    char *buf;               /* de-framed body bytes not yet returned as lines */
+    Py_ssize_t len, cap;
+    Py_ssize_t scan_from;    /* bytes of buf already searched for a LF (LF mode) */
+    Py_ssize_t max_line;
+    int any_eol;             /* a lone CR was seen: lines end at CR, LF or CRLF from now on */
+    int at_start;            /* no line returned yet: a leading UTF-8 BOM is dropped */
+    int ended_mid_line;
+    int complete;
+    PyObject *parse_error;   /* raised for broken framing (the Python path's HTTPParseError) */
+    PyObject *line_error;    /* raised for a line over max_line (the Python path's BadBody) */
+} BodyReader;
+
+static int is_tchar(unsigned char c) {
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return 1;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int buf_append(BodyReader *self, const char *p, Py_ssize_t n) {
+    if (n <= 0) return 0;
+    if (self->len + n > self->cap) {
+        Py_ssize_t cap = self->cap ? self->cap : 4096;
+        while (cap < self->len + n) cap *= 2;
+        char *nb = PyMem_Realloc(self->buf, cap);
+        if (nb == NULL) { PyErr_NoMemory(); return -1; }
+        self->buf = nb;
+        self->cap = cap;
+    }
+    memcpy(self->buf + self->len, p, n);
+    self->len += n;
+    return 0;
+}
+
+static void buf_consume(BodyReader *self, Py_ssize_t n) {
+    if (n >= self->len) { self->len = 0; return; }
+    memmove(self->buf, self->buf + n, self->len - n);
+    self->len -= n;
+}
+
+static PyObject *fail(BodyReader *self, const char *msg) {
+    PyErr_SetString(self->parse_error, msg);
+    return NULL;
+}
+
+/* De-frame one read's bytes into buf. */
+static int feed_chunked(BodyReader *self, const unsigned char *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        switch (self->cstate) {
+        case CS_SIZE_START: {
+            int h = hexval(c);
+            if (h < 0) { fail(self, "Invalid character in chunk size"); return -1; }
+            self->remaining = (uint64_t)h;
+            self->cstate = CS_SIZE;
+            i++;
+            break;
+        }
+        case CS_SIZE: {
+            int h = hexval(c);
+            if (h >= 0) {
+                if (self->remaining > (UINT64_MAX >> 4)) { fail(self, "Chunk size overflow"); return -1; }
+                self->remaining = (self->remaining << 4) | (uint64_t)h;
+            } else if (c == ';') {
+                self->cstate = CS_EXT_NAME;
+            } else if (c == '\r') {
+                self->cstate = CS_SIZE_LF;
+            } else if (c == '\n') {
+                fail(self, "Missing expected CR after chunk size"); return -1;
+            } else {
+                fail(self, "Invalid character in chunk size"); return -1;
+            }
+            i++;
+            break;
+        }
+        case CS_EXT_NAME:
+            if (c == ';') { /* another extension */ }
+            else if (c == '=') self->cstate = CS_EXT_VALUE_START;
+            else if (c == '\r') self->cstate = CS_SIZE_LF;
+            else if (c == '\n') { fail(self, "Missing expected CR after chunk extension name"); return -1; }
+            else if (!is_tchar(c)) { fail(self, "Invalid character in chunk extensions name"); return -1; }
+            i++;
+            break;
+        case CS_EXT_VALUE_START:
+            if (c == '"') self->cstate = CS_EXT_QUOTED;
+            else if (is_tchar(c)) self->cstate = CS_EXT_VALUE;
+            else { fail(self, "Invalid character in chunk extensions value"); return -1; }
+            i++;
+            break;
+        case CS_EXT_VALUE:
+            if (c == ';') self->cstate = CS_EXT_NAME;
+            else if (c == '\r') self->cstate = CS_SIZE_LF;
+            else if (!is_tchar(c)) { fail(self, "Invalid character in chunk extensions value"); return -1; }
+            i++;
+            break;
+        case CS_EXT_QUOTED:
+            if (c == '"') self->cstate = CS_EXT_AFTER_QUOTED;
+            else if (c == '\\') self->cstate = CS_EXT_QUOTED_ESC;
+            else if (c == '\r' || c == '\n') { fail(self, "Invalid character in chunk extensions quoted value"); return -1; }
+            i++;
+            break;
+        case CS_EXT_QUOTED_ESC:
+            self->cstate = CS_EXT_QUOTED;
+            i++;
+            break;
+        case CS_EXT_AFTER_QUOTED:
+            if (c == ';') self->cstate = CS_EXT_NAME;
+            else if (c == '\r') self->cstate = CS_SIZE_LF;
+            else { fail(self, "Invalid character in chunk extensions quote value"); return -1; }
+            i++;
+            break;
+        case CS_SIZE_LF:
+            if (c != '\n') { fail(self, "Missing expected LF after chunk size"); return -1; }
+            self->cstate = self->remaining ? CS_DATA : CS_TRAILER_START;
+            i++;
+            break;
+        case CS_DATA: {
+            Py_ssize_t take = n - i;
+            if ((uint64_t)take > self->remaining) take = (Py_ssize_t)self->remaining;
+            if (buf_append(self, (const char *)p + i, take) < 0) return -1;
+            self->remaining -= (uint64_t)take;
+            i += take;
+            if (self->remaining == 0) self->cstate = CS_DATA_CR;
+            break;
+        }
+        case CS_DATA_CR:
+            if (c != '\r') { fail(self, "Missing expected CR after chunk data"); return -1; }
+            self->cstate = CS_DATA_LF;
+            i++;
+            break;
+        case CS_DATA_LF:
+            if (c != '\n') { fail(self, "Expected LF after chunk data"); return -1; }
+            self->cstate = CS_SIZE_START;
+            i++;
+            break;
+        case CS_TRAILER_START:
+            if (c == '\r') self->cstate = CS_END_LF;
+            else if (c == '\n') { fail(self, "Invalid header field char"); return -1; }
+            else self->cstate = CS_TRAILER_LINE;
+            i++;
+            break;
+        case CS_TRAILER_LINE:
+            if (c == '\r') self->cstate = CS_TRAILER_LF;
+            else if (c == '\n') { fail(self, "Missing expected CR after header value"); return -1; }
+            i++;
+            break;
+        case CS_TRAILER_LF:
+            if (c != '\n') { fail(self, "Missing expected LF after header value"); return -1; }
+            self->cstate = CS_TRAILER_START;
+            i++;
+            break;
+        case CS_END_LF:
+            if (c != '\n') { fail(self, "Missing expected LF after headers"); return -1; }
+            self->cstate = CS_DONE;
+            self->complete = 1;
+            i++;
+            break;
+        case CS_DONE:
+            fail(self, "data after the end of the response");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *BodyReader_feed(BodyReader *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t n = view.len;
+    int rc = 0;
+    if (n == 0) {
+        /* The peer closed: that ends a close-delimited body and breaks any other. */
+        PyBuffer_Release(&view);
+        if (self->mode == MODE_CLOSE) { self->complete = 1; Py_RETURN_NONE; }
+        if (!self->complete) return fail(self, "connection closed mid-body");
+        Py_RETURN_NONE;
+    }
+    if (self->complete) {
+        PyBuffer_Release(&view);
+        return fail(self, "data after the end of the response");
+    }
+    if (self->mode == MODE_CHUNKED) {
+        rc = feed_chunked(self, p, n);
+    } else if (self->mode == MODE_LENGTH) {
+        Py_ssize_t take = n;
+        if ((uint64_t)take > self->remaining) take = (Py_ssize_t)self->remaining;
+        rc = buf_append(self, (const char *)p, take);
+        self->remaining -= (uint64_t)take;
+        if (rc == 0 && self->remaining == 0) self->complete = 1;
+        if (rc == 0 && take < n) { fail(self, "data after the end of the response"); rc = -1; }
+    } else {
+        rc = buf_append(self, (const char *)p, n);
+    }
+    PyBuffer_Release(&view);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- line splitting: StampedResponse.take_lines and _take_lines_any, ported ---------------- */
+
+static Py_ssize_t rfind_byte(const char *b, Py_ssize_t from, Py_ssize_t to, char c) {
+    for (Py_ssize_t i = to - 1; i >= from; i--) if (b[i] == c) return i;
+    return -1;
+}
+
+static PyObject *last_line(BodyReader *self) {
+    /* The body is complete: what is left is its last line (no line end), or nothing. */
+    if (self->len == 0) return PyList_New(0);
+    const char *s = self->buf;
+    Py_ssize_t n = self->len;
+    self->ended_mid_line = 1;
+    if (self->at_start) {
+        self->at_start = 0;
+        if (n >= 3 && memcmp(s, "\xef\xbb\xbf", 3) == 0) { s += 3; n -= 3; }
+    }
+    PyObject *line = PyBytes_FromStringAndSize(s, n);
+    if (line == NULL) return NULL;
+    self->len = 0;
+    self->scan_from = 0;
+    PyObject *out = PyList_New(1);
+    if (out == NULL) { Py_DECREF(line); return NULL; }
+    PyList_SET_ITEM(out, 0, line);
+    return out;
+}
+
+static int drop_bom(BodyReader *self, PyObject *lines) {
+    if (!self->at_start) return 0;
+    self->at_start = 0;
+    PyObject *first = PyList_GET_ITEM(lines, 0);
+    if (PyBytes_GET_SIZE(first) >= 3 && memcmp(PyBytes_AS_STRING(first), "\xef\xbb\xbf", 3) == 0) {
+        PyObject *rest = PyBytes_FromStringAndSize(PyBytes_AS_STRING(first) + 3, PyBytes_GET_SIZE(first) - 3);
+        if (rest == NULL) return -1;
+        PyList_SetItem(lines, 0, rest);
+    }
+    return 0;
+}
+
+static int push(PyObject *lines, const char *s, Py_ssize_t n) {
+    PyObject *line = PyBytes_FromStringAndSize(s, n);
+    if (line == NULL) return -1;
+    int rc = PyList_Append(lines, line);
+    Py_DECREF(line);
+    return rc;
+}
+
+static PyObject *too_long(BodyReader *self) {
+    PyErr_Format(self->line_error, "a stream line longer than %zd bytes", self->max_line);
+    return NULL;
+}
+
+static PyObject *take_any(BodyReader *self) {
+    const char *b = self->buf;
+    Py_ssize_t n = self->len;
+    Py_ssize_t i = -1;
+    for (Py_ssize_t k = n - 1; k >= 0; k--) if (b[k] == '\n' || b[k] == '\r') { i = k; break; }
+    if (i >= 0 && i == n - 1 && b[i] == '\r' && !self->complete) {
+        /* A CR as the last byte so far may be half of a CRLF: it ends its line later. */
+        Py_ssize_t j = -1;
+        for (Py_ssize_t k = i - 1; k >= 0; k--) if (b[k] == '\n' || b[k] == '\r') { j = k; break; }
+        i = j;
+    }
+    if (i >= 0) {
+        PyObject *lines = PyList_New(0);
+        if (lines == NULL) return NULL;
+        Py_ssize_t start = 0, k = 0, end = i + 1;
+        while (k < end) {
+            char c = b[k];
+            if (c == '\r' || c == '\n') {
+                if (push(lines, b + start, k - start) < 0) { Py_DECREF(lines); return NULL; }
+                k += (c == '\r' && k + 1 < end && b[k + 1] == '\n') ? 2 : 1;
+                start = k;
+            } else {
+                k++;
+            }
+        }
+        buf_consume(self, end);
+        self->scan_from = 0;
+        if (drop_bom(self, lines) < 0) { Py_DECREF(lines); return NULL; }
+        return lines;
+    }
+    if (self->complete) return last_line(self);
+    if (n > self->max_line) return too_long(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *BodyReader_take_lines(BodyReader *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->any_eol) return take_any(self);
+    const char *b = self->buf;
+    Py_ssize_t n = self->len;
+    Py_ssize_t from = self->scan_from < n ? self->scan_from : n;
+    Py_ssize_t i = rfind_byte(b, from, n, '\n');
+    if (i >= 0) {
+        /* A CR in the block is a CRLF's, unless some CR has no LF after it. */
+        Py_ssize_t cr = 0, crlf = 0;
+        for (Py_ssize_t k = 0; k < i; k++) {
+            if (b[k] == '\r') {
+                cr++;
+                if (k + 1 < i && b[k + 1] == '\n') crlf++;
+            }
+        }
+        if (cr && cr != crlf + (b[i - 1] == '\r')) {
+            self->any_eol = 1;
+            return take_any(self);
+        }
+        PyObject *lines = PyList_New(0);
+        if (lines == NULL) return NULL;
+        Py_ssize_t start = 0;
+        for (Py_ssize_t k = 0; k < i; k++) {
+            if (b[k] == '\n') {
+                if (push(lines, b + start, k - start) < 0) { Py_DECREF(lines); return NULL; }
+                start = k + 1;
+            }
+        }
+        if (push(lines, b + start, i - start) < 0) { Py_DECREF(lines); return NULL; }
+        buf_consume(self, i + 1);
+        self->scan_from = 0;
+        if (drop_bom(self, lines) < 0) { Py_DECREF(lines); return NULL; }
+        return lines;
+    }
+    /* No LF: a CR with a byte after it (or at the body's end) ends a line of its own. */
+    Py_ssize_t j0 = self->scan_from > 0 ? self->scan_from - 1 : 0;
+    for (Py_ssize_t j = j0; j < n; j++) {
+        if (b[j] == '\r') {
+            if (j + 1 < n || self->complete) {
+                self->any_eol = 1;
+                return take_any(self);
+            }
+            break;
+        }
+    }
+    if (self->complete) return last_line(self);
+    if (n > self->max_line) return too_long(self);
+    self->scan_from = n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *BodyReader_take_body(BodyReader *self, PyObject *arg) {
+    Py_ssize_t limit = PyLong_AsSsize_t(arg);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (limit < 0) limit = 0;
+    PyObject *out = PyBytes_FromStringAndSize(self->buf, self->len < limit ? self->len : limit);
+    if (out == NULL) return NULL;
+    self->len = 0;
+    self->scan_from = 0;
+    return out;
+}
+
+static PyObject *BodyReader_pending(BodyReader *self, PyObject *arg) {
+    Py_ssize_t limit = PyLong_AsSsize_t(arg);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (limit < 0) limit = 0;
+    return PyBytes_FromStringAndSize(self->buf, self->len < limit ? self->len : limit);
+}
+
+static int BodyReader_init(BodyReader *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"mode", "length", "max_line_bytes", "parse_error", "line_error", NULL};
+    int mode;
+    unsigned long long length;
+    Py_ssize_t max_line;
+    PyObject *perr, *lerr;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iKnOO", kwlist, &mode, &length, &max_line, &perr, &lerr))
+        return -1;
+    if (mode < MODE_LENGTH || mode > MODE_CLOSE) {
+        PyErr_SetString(PyExc_ValueError, "mode is 0 (Content-Length), 1 (chunked) or 2 (close-delimited)");
+        return -1;
+    }
+    self->mode = mode;
+    self->cstate = CS_SIZE_START;
+    self->remaining = mode == MODE_LENGTH ? length : 0;
+    self->max_line = max_line;
+    self->len = 0;
+    self->scan_from = 0;
+    self->any_eol = 0;
+    self->at_start = 1;
+    self->ended_mid_line = 0;
+    self->complete = mode == MODE_LENGTH && length == 0;
+    Py_XSETREF(self->parse_error, Py_NewRef(perr));
+    Py_XSETREF(self->line_error, Py_NewRef(lerr));
+    return 0;
+}
+
+static void BodyReader_dealloc(BodyReader *self) {
+    PyMem_Free(self->buf);
+    Py_XDECREF(self->parse_error);
+    Py_XDECREF(self->line_error);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *BodyReader_get_complete(BodyReader *self, void *c) { return PyBool_FromLong(self->complete); }
+static PyObject *BodyReader_get_ended(BodyReader *self, void *c) { return PyBool_FromLong(self->ended_mid_line); }
+static PyObject *BodyReader_get_buffered(BodyReader *self, void *c) { return PyLong_FromSsize_t(self->len); }
+
+static PyGetSetDef BodyReader_getset[] = {
+    {"complete", (getter)BodyReader_get_complete, NULL, "the body's last byte has been read", NULL},
+    {"ended_mid_line", (getter)BodyReader_get_ended, NULL, "the body ended with a line that has no line end", NULL},
+    {"buffered", (getter)BodyReader_get_buffered, NULL, "body bytes held, not yet returned", NULL},
+    {NULL}
+};
+
+static PyMethodDef BodyReader_methods[] = {
+    {"feed", (PyCFunction)BodyReader_feed, METH_O,
+     "feed(data): de-frame one read's bytes (b\"\": the peer closed)."},
+    {"take_lines", (PyCFunction)BodyReader_take_lines, METH_NOARGS,
+     "take_lines() -> list[bytes] | None: the complete lines now buffered, [] once the body is "
+     "complete, None when more data is needed (StampedResponse.take_lines)."},
+    {"take_body", (PyCFunction)BodyReader_take_body, METH_O,
+     "take_body(limit) -> bytes: the buffered body, up to limit bytes, and forget it."},
+    {"pending", (PyCFunction)BodyReader_pending, METH_O,
+     "pending(limit) -> bytes: the first limit buffered bytes, kept."},
+    {NULL}
+};
+
+static PyTypeObject BodyReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "loadgen.engine._reader.BodyReader",
+    .tp_doc = "BodyReader(mode, length, max_line_bytes, parse_error, line_error): one reply body, "
+              "de-framed and split into SSE lines as its reads arrive.",
+    .tp_basicsize = sizeof(BodyReader),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)BodyReader_init,
+    .tp_dealloc = (destructor)BodyReader_dealloc,
+    .tp_methods = BodyReader_methods,
+    .tp_getset = BodyReader_getset,
+};
+
+static struct PyModuleDef reader_module = {
+    PyModuleDef_HEAD_INIT, "_reader",
+    "The compiled body reader (chunked/identity/close-delimited de-framing, SSE line splitting).",
+    -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__reader(void) {
+    if (PyType_Ready(&BodyReaderType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&reader_module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "BodyReader", (PyObject *)&BodyReaderType) < 0 ||
+        PyModule_AddIntConstant(m, "MODE_LENGTH", MODE_LENGTH) < 0 ||
+        PyModule_AddIntConstant(m, "MODE_CHUNKED", MODE_CHUNKED) < 0 ||
+        PyModule_AddIntConstant(m, "MODE_CLOSE", MODE_CLOSE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
