@@ -12,9 +12,20 @@ worker's plan. Metric definitions are in docs/metrics.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from itertools import repeat
 from typing import Any
+
+# Re-exported: the results format's names, declared in the registry.
+from analysis.metric_registry import (  # noqa: F401
+    CLIENT_ERROR_CATEGORIES,
+    CUT_AT_STOP,
+    ERROR_CATEGORIES,
+    GENERATOR_ERROR_CATEGORIES,
+    METRICS,
+    SERVER_FAULT_CATEGORIES,
+    STEP_KINDS,
+)
 
 SCHEMA_VERSION = 1
 
@@ -29,31 +40,9 @@ HIST_LOWEST_US = 1
 HIST_HIGHEST_US = 3_600_000_000
 HIST_SIGNIFICANT_DIGITS = 3
 
-# Metric names, identical from record field to JSON key to UI column.
-METRICS = (
-    "ttft", "ttft_sched", "schedule_lag", "itl", "tpot", "e2e", "tokens_per_chunk", "ttfot", "tpot_output",
-)  # fmt: skip
+# Metric names, error categories with their faults, turn classes and step kinds are declared in
+# analysis.metric_registry (re-exported here: this module is the results format's contract).
 # tokens_per_chunk is a count, not a duration; it shares the histogram machinery.
-
-ERROR_CATEGORIES = (
-    "http_3xx", "http_4xx", "http_429", "http_5xx", "timeout", "connection", "stream_cut", "bad_chunk",
-    "empty_reply", "client_network", "cut_at_stop",
-)  # fmt: skip
-# Who is at fault: the request or the target's address (a redirect, a rejected request: fix the
-# client's configuration); the generator's own network (its link down, no route, its DNS: the
-# request never left, so it has no send time); a request still on the wire when the stop's drain
-# deadline passed (its outcome is unknown: recorded with what arrived, neither a success nor a
-# server fault); the server failing or refusing under load (everything else, an empty reply
-# included: zero tokens to a request that asked for some).
-CLIENT_ERROR_CATEGORIES = ("http_3xx", "http_4xx")
-GENERATOR_ERROR_CATEGORIES = ("client_network",)
-CUT_AT_STOP = "cut_at_stop"
-SERVER_FAULT_CATEGORIES = tuple(
-    c for c in ERROR_CATEGORIES if c not in (*CLIENT_ERROR_CATEGORIES, *GENERATOR_ERROR_CATEGORIES, CUT_AT_STOP)
-)
-
-# Step kinds of a session's DAG (the record's step_kind); older records have only turn_class.
-STEP_KINDS = ("first", "follow-up", "fan-out child", "join")
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -206,42 +195,58 @@ def tag_label(label: str) -> str:
     return _clean(label)
 
 
-def metric_values(rec: RequestRecord) -> Iterator[tuple[str, int]]:
+def request_values(rec: RequestRecord) -> list[tuple[str, int]]:
+    """The (metric, value) pairs of the metrics one request has one value of (every metric but
+    ``itl`` and ``tokens_per_chunk``), in µs, by the recording rule of ``metric_values``.
+
+    The one spelling of the per-request formulas (``RequestRecord``'s properties) under that rule:
+    ``metric_values``, the live sums (``loadgen.engine.recorder.metric_sums``) and the bulk rebuild
+    (``analysis.results.histograms_from_records``) all take these values from here.
+    """
+    # A request that never left (client_network) has no send time, so no lag.
+    out = [("schedule_lag", rec.schedule_lag_us)] if rec.sent else []
+    if rec.status != STATUS_OK:
+        return out
+    ttft = rec.ttft_us
+    if ttft is not None:
+        out.append(("ttft", ttft))
+        out.append(("ttft_sched", rec.ttft_sched_us))  # type: ignore[arg-type]
+    e2e = rec.e2e_us
+    if e2e is not None:
+        out.append(("e2e", e2e))
+    tpot = rec.tpot_us
+    if tpot is not None:
+        out.append(("tpot", round(tpot)))
+    ttfot = rec.ttfot_us
+    if ttfot is not None:
+        out.append(("ttfot", ttfot))
+        tpot_output = rec.tpot_output_us
+        if tpot_output is not None:
+            out.append(("tpot_output", round(tpot_output)))
+    return out
+
+
+def metric_values(rec: RequestRecord) -> list[tuple[str, int]]:
     """The (metric, value) pairs one request contributes to the histograms, in µs (counts for
     ``tokens_per_chunk``); values are not yet clamped to the histogram range.
 
     The recording rule of the results format: ``schedule_lag`` from every request that was sent
     (it measures the generator, not the server); every other metric from successful requests only.
     The runtime records exactly these values, and ``analysis`` rebuilds histograms from
-    ``requests.jsonl`` with the same function, so the two agree bit for bit.
+    ``requests.jsonl`` with the same function, so the two agree bit for bit. A list, built with
+    ``zip`` rather than yielded pair by pair: a request's gaps are hundreds of values, and this
+    runs once per request on the worker.
     """
-    if rec.sent:  # a request that never left (client_network) has no send time, so no lag
-        yield "schedule_lag", rec.schedule_lag_us
-    if not rec.ok:
-        return
-    ttft = rec.ttft_us
-    if ttft is not None:
-        yield "ttft", ttft
-        yield "ttft_sched", rec.t_first_us - rec.t_sched_us  # type: ignore[operator]
-    e2e = rec.e2e_us
-    if e2e is not None:
-        yield "e2e", e2e
-    tpot = rec.tpot_us
-    if tpot is not None:
-        yield "tpot", round(tpot)
-    if rec.t_first_output_us is not None:
-        yield "ttfot", rec.t_first_output_us - rec.t_send_us
-        tpot_output = rec.tpot_output_us
-        if tpot_output is not None:
-            yield "tpot_output", round(tpot_output)
-    for gap in rec.itl_us:
-        yield "itl", gap
+    out = request_values(rec)
+    if rec.status != STATUS_OK:
+        return out
+    out.extend(zip(repeat("itl"), rec.itl_us))
     if rec.chunks:
         if rec.chunk_tokens is None:
-            for _ in range(rec.chunks):
-                yield "tokens_per_chunk", 1
+            out.extend(repeat(("tokens_per_chunk", 1), rec.chunks))
         else:
-            yield from (("tokens_per_chunk", n) for n in rec.chunk_tokens)
+            out.extend(zip(repeat("tokens_per_chunk"), rec.chunk_tokens))
+    return out
 
 
 def _clean(label: str) -> str:

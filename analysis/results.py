@@ -26,6 +26,7 @@ from hdrh.histogram import HdrHistogram
 
 from analysis import hdr, hlog
 from analysis.errors import ResultsError
+from analysis.metric_registry import TURN_CLASS_FIRST, TURN_CLASS_FOLLOW_UP
 from analysis.records import (
     HIST_HIGHEST_US,
     HIST_LOWEST_US,
@@ -36,6 +37,7 @@ from analysis.records import (
     SCHEMA_VERSION,
     RequestRecord,
     histogram_tag,
+    request_values,
 )
 
 _REQUIRED_FIELDS = ("request_id", "session_id", "turn_index", "status", "t_sched_us", "t_send_us")
@@ -275,7 +277,7 @@ def _parse_record(line: bytes) -> RequestRecord:
     if missing:
         raise ValueError(f"record lacks {', '.join(missing)}")
     d.setdefault("session_index", -1)
-    d.setdefault("turn_class", "first" if d["turn_index"] == 0 else "follow-up")
+    d.setdefault("turn_class", TURN_CLASS_FIRST if d["turn_index"] == 0 else TURN_CLASS_FOLLOW_UP)
     for k in ("tenant", "target", "worker"):
         d.setdefault(k, "_")
     try:
@@ -301,23 +303,10 @@ def histograms_from_records(records: Iterable[RequestRecord]) -> dict[str, HdrHi
     by_labels: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
     for r in records:
         labels = (r.turn_class, r.tenant, r.target)
-        if r.sent:
-            by_labels[("schedule_lag", *labels)].append(r.schedule_lag_us)
+        for metric, value in request_values(r):
+            by_labels[(metric, *labels)].append(value)
         if not r.ok:
             continue
-        if r.t_first_us is not None:
-            by_labels[("ttft", *labels)].append(r.t_first_us - r.t_send_us)
-            by_labels[("ttft_sched", *labels)].append(r.t_first_us - r.t_sched_us)
-        if r.t_end_us is not None:
-            by_labels[("e2e", *labels)].append(r.t_end_us - r.t_send_us)
-        tpot = r.tpot_us
-        if tpot is not None:
-            by_labels[("tpot", *labels)].append(round(tpot))
-        if r.t_first_output_us is not None:
-            by_labels[("ttfot", *labels)].append(r.t_first_output_us - r.t_send_us)
-            tpot_output = r.tpot_output_us
-            if tpot_output is not None:
-                by_labels[("tpot_output", *labels)].append(round(tpot_output))
         if r.itl_us:
             by_labels[("itl", *labels)].extend(r.itl_us)
         if r.chunks:
