@@ -66,6 +66,7 @@ LOAD_COMMANDS = frozenset({RUN, MASTER, AB, SWEEP})  # every command that runs a
 # The front's own state that is no flag (set by a target file, a command's caller or a test).
 _FRONT_STATE: tuple[tuple[str, Any], ...] = (
     ("master", False),
+    ("web_host", "127.0.0.1"),  # the web UI of 'loadgen run --web' stays on loopback
     ("target_labels", field(default_factory=dict)),
     ("expect", field(default_factory=dict)),
     ("quiet", False),
