@@ -12,43 +12,39 @@ import errno
 import socket
 import ssl
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+# The category names are declared once, with their fault class, in the metric registry.
+from analysis.metric_registry import (
+    BAD_CHUNK as BAD_CHUNK,
+)
+from analysis.metric_registry import (
+    CLIENT_NETWORK as CLIENT_NETWORK,
+)
+from analysis.metric_registry import (
+    CONNECTION as CONNECTION,
+)
+from analysis.metric_registry import (
+    EMPTY_REPLY as EMPTY_REPLY,
+)
+from analysis.metric_registry import (
+    HTTP_3XX as HTTP_3XX,
+)
+from analysis.metric_registry import (
+    HTTP_4XX as HTTP_4XX,
+)
+from analysis.metric_registry import (
+    HTTP_5XX as HTTP_5XX,
+)
+from analysis.metric_registry import (
+    HTTP_429 as HTTP_429,
+)
+from analysis.metric_registry import (
+    STREAM_CUT as STREAM_CUT,
+)
+from analysis.metric_registry import (
+    TIMEOUT as TIMEOUT,
+)
 from targets.adapters.base import Usage
-
-if TYPE_CHECKING:
-    pass
-
-
-HTTP_3XX = "http_3xx"
-
-
-HTTP_4XX = "http_4xx"
-
-
-HTTP_429 = "http_429"
-
-
-HTTP_5XX = "http_5xx"
-
-
-TIMEOUT = "timeout"
-
-
-CONNECTION = "connection"
-
-
-STREAM_CUT = "stream_cut"
-
-
-BAD_CHUNK = "bad_chunk"
-
-
-EMPTY_REPLY = "empty_reply"
-
-
-CLIENT_NETWORK = "client_network"
-
 
 MESSAGE_CHARS = 200
 
