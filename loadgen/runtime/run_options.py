@@ -361,7 +361,7 @@ def locust_args(opts: Any) -> list[str]:
         if o.kind == FLAG:
             args += [o.locust] if value else []
         elif value is not None and value != "":
-            args += [o.locust, f"{value:g}" if isinstance(value, float) else str(value)]
+            args += [o.locust, str(value)]  # str, not :g, which keeps 6 digits (a cost of 1234567.25 became 1.23457e+06)
     return args
 
 

@@ -107,19 +107,19 @@ def test_the_fronts_values_reach_the_plan_through_locusts_flags(tmp_path) -> Non
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     opts = RunOptions(
-        workload="tiny", seed=7, arrival="gamma", rate="30/min", burstiness=0.5, concurrency=0, num_sessions=5,
+        workload="tiny", seed=7, arrival="gamma", rate="30/min", burstiness=0.123456789, concurrency=0, num_sessions=5,
         duration="2m", warmup="1s", adapter="openai-completions", adapter_options="foo=1", model="m",
-        session_header="X-S", target_label="lab", target_kind="vllm", cost_per_hour=2.5, request_timeout="7s",
+        session_header="X-S", target_label="lab", target_kind="vllm", cost_per_hour=1234567.25, request_timeout="7s",
         first_byte_timeout="2s", idle_timeout="3s", retry_after_cap="4s", ca_cert=str(ca), stop_timeout="9s",
         slo="ttft_p99=500ms,itl_p99=50ms", max_schedule_lag="20ms", results=str(tmp_path / "res"), run_id="r1",
         on_worker_loss="abort",
     )  # fmt: skip
     argv = ["--host", "https://127.0.0.1:1", *locust_args(opts)]
     cfg = config_from_options(_locust_parser().parse_args(argv))
-    assert (cfg.workload, cfg.seed, cfg.arrival, cfg.rate_per_s, cfg.burstiness) == ("tiny", 7, "gamma", 0.5, 0.5)
+    assert (cfg.workload, cfg.seed, cfg.arrival, cfg.rate_per_s, cfg.burstiness) == ("tiny", 7, "gamma", 0.5, 0.123456789)
     assert (cfg.num_sessions, cfg.concurrency, cfg.duration_s, cfg.warmup_s) == (5, None, 120.0, 1.0)
     assert (cfg.adapter, cfg.adapter_options, cfg.model) == ("openai-completions", {"foo": 1}, "m")
-    assert (cfg.session_header, cfg.target_label, cfg.target_kind, cfg.cost_per_hour_usd) == ("X-S", "lab", "vllm", 2.5)
+    assert (cfg.session_header, cfg.target_label, cfg.target_kind, cfg.cost_per_hour_usd) == ("X-S", "lab", "vllm", 1234567.25)
     assert (cfg.request_timeout_s, cfg.first_byte_timeout_s, cfg.idle_timeout_s, cfg.retry_after_cap_s) == (7, 2, 3, 4)
     assert (cfg.ca_cert, cfg.ca_cert_pem, cfg.stop_timeout_s) == (str(ca), "-----BEGIN CERTIFICATE-----\n", 9.0)
     assert cfg.slos == ["ttft_p99=500ms", "itl_p99=50ms"]
