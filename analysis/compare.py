@@ -45,36 +45,38 @@ from analysis import hdr, hlog
 from analysis.bootstrap import Interval, Sample, bootstrap
 from analysis.distribution import distribution
 from analysis.errors import ResultsError
+from analysis.metric_registry import (
+    ALL_TURNS,
+    COMPARE,
+    REGISTRY,
+    TURN_CLASS_FIRST,
+    TURN_CLASS_FOLLOW_UP,
+    metrics_for,
+)
+from analysis.metric_registry import TURN_CLASSES as REGISTRY_TURN_CLASSES
+from analysis.metric_registry import metric as registered_metric
 from analysis.records import RequestRecord, parse_histogram_tag, tag_label
 from analysis.results import RunResults, load_results
 from analysis.summary import summarize_results
 
 COMPARE_SCHEMA_VERSION = 1
-METRICS = ("ttft", "tpot", "itl", "e2e", "ttft_sched", "ttfot", "tpot_output")
+METRICS = metrics_for(COMPARE)
 # Metrics absent from results written before they existed: compared only where a run has them.
-OPTIONAL_METRICS = ("ttfot", "tpot_output")
-TURN_CLASSES = ("all", "first", "follow-up")
+OPTIONAL_METRICS = tuple(m for m in METRICS if registered_metric(m).optional)
+TURN_CLASSES = (ALL_TURNS, *REGISTRY_TURN_CLASSES)
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 HEADLINE_STAT = "p95"
 DEFAULT_MIN_EFFECT = 0.05
 MIN_TAIL = 10  # values beyond a percentile, in the smaller arm, before it is judged
 HEADLINES = (
-    ("ttft", "all"),
-    ("ttft", "first"),
-    ("ttft", "follow-up"),
-    ("tpot", "all"),
-    ("itl", "all"),
-    ("e2e", "all"),
+    ("ttft", ALL_TURNS),
+    ("ttft", TURN_CLASS_FIRST),
+    ("ttft", TURN_CLASS_FOLLOW_UP),
+    ("tpot", ALL_TURNS),
+    ("itl", ALL_TURNS),
+    ("e2e", ALL_TURNS),
 )
-METRIC_NAMES = {
-    "ttft": "TTFT",
-    "tpot": "TPOT",
-    "itl": "ITL",
-    "e2e": "E2E latency",
-    "ttft_sched": "TTFT from schedule",
-    "ttfot": "TTFOT",
-    "tpot_output": "TPOT of the answer",
-}
+METRIC_NAMES = {m.name: m.title for m in REGISTRY}
 _CDF_POINTS = 200
 
 

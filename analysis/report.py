@@ -23,6 +23,7 @@ from analysis import hdr, hlog, timeseries
 from analysis.compare import HEADLINES, METRIC_NAMES
 from analysis.compare_format import compare_cdf_svg, describe_target, significance
 from analysis.html import Raw, charts, esc, ok_mark, page, section, table
+from analysis.metric_registry import ALL_TURNS, TURN_CLASS_FOLLOW_UP, TURN_CLASSES
 from analysis.records import METRICS, REPORT_FILE, parse_histogram_tag
 from analysis.results import RunResults, load_results
 from analysis.slo import parse_slos
@@ -212,16 +213,16 @@ def _throughput_block(s: dict[str, Any]) -> str:
 
 def _cdf_chart(hists: dict[str, Any], metric: str) -> str:
     series = []
-    for tc in ("all", "first", "follow-up"):
+    for tc in (ALL_TURNS, *TURN_CLASSES):
         tags = [
             t
             for t in hists
-            if parse_histogram_tag(t)[0] == metric and tc in ("all", parse_histogram_tag(t)[1])
+            if parse_histogram_tag(t)[0] == metric and tc in (ALL_TURNS, parse_histogram_tag(t)[1])
         ]
         b = hdr.bins(hlog.merge(hists[t] for t in tags))
         x, y = hdr.cdf(b)
-        name = "all turns" if tc == "all" else f"{tc} turns"
-        series.append(Series(name, list(x / 1000.0), list(y), step=True, dashed=tc == "follow-up"))
+        name = "all turns" if tc == ALL_TURNS else f"{tc} turns"
+        series.append(Series(name, list(x / 1000.0), list(y), step=True, dashed=tc == TURN_CLASS_FOLLOW_UP))
     return line_chart(series, title=f"{METRIC_NAMES.get(metric, metric)} CDF", x_label="ms",
                       y_label="fraction", x_log=None, y_min=0, y_max=1)  # fmt: skip
 

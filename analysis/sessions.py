@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from hdrh.histogram import HdrHistogram
 
 from analysis.hlog import new_histogram, record_clamped
+from analysis.metric_registry import STEP_KIND, metrics_for
 from analysis.records import STEP_KINDS, RequestRecord, metric_values
 
 # ttfot: the first answer token (after any reasoning); a record without it records none
-STEP_KIND_METRICS = ("ttft", "ttfot", "itl", "tpot", "e2e")
+STEP_KIND_METRICS = metrics_for(STEP_KIND)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,10 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.metric_registry import SLO, metrics_for
 from analysis.records import RequestRecord
 from analysis.units import parse_duration_s
 
-PERCENTILE_METRICS = ("ttft", "ttft_sched", "ttfot", "tpot", "tpot_output", "itl", "e2e", "schedule_lag")
+PERCENTILE_METRICS = metrics_for(SLO)
 REQUEST_SLO_KEYS = ("ttft", "ttfot", "tpot", "itl_max", "e2e")
 
 SLO_FORM = (

@@ -23,6 +23,7 @@ from hdrh.histogram import HdrHistogram
 
 from analysis import generator_health, hlog
 from analysis.distribution import PERCENTILES, distribution
+from analysis.metric_registry import TURN_CLASSES
 from analysis.prompt_check import prompt_tokens_check
 from analysis.records import (
     CLIENT_ERROR_CATEGORIES,
@@ -45,7 +46,6 @@ from analysis.usage_check import usage_check, usage_note
 
 SUMMARY_SCHEMA_VERSION = 1
 DEFAULT_SATURATION_LAG_MS = 10.0
-TURN_CLASSES = ("first", "follow-up")
 
 CostArg = float | Mapping[str, float] | None
 

@@ -10,6 +10,13 @@ from typing import Any
 
 import orjson
 
+from analysis.metric_registry import (
+    STEP_KIND_FAN_OUT_CHILD,
+    STEP_KIND_JOIN,
+    SUMMARY_TABLE,
+    metric,
+    metrics_for,
+)
 from analysis.prompt_check import format_prompt_check
 from analysis.records import METRICS
 from analysis.target_checks import target_checks_lines
@@ -125,17 +132,17 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header).rstrip(), *(line(r).rstrip() for r in rows)]
 
 
-# The table's order: each reasoning-aware metric beside its plain one.
-_TABLE_ORDER = ("ttft", "ttfot", "ttft_sched", "schedule_lag", "itl", "tpot", "tpot_output", "e2e")
+# The table's order (the registry's): each reasoning-aware metric beside its plain one, then the
+# rest. An optional metric is absent from older results: no row rather than an empty one.
+_TABLE_ORDER = metrics_for(SUMMARY_TABLE)
 _TABLE_METRICS = (*_TABLE_ORDER, *(m for m in METRICS if m not in _TABLE_ORDER))
-_OPTIONAL = ("ttfot", "tpot_output")  # absent from older results: no row rather than an empty one
 
 
 def _metric_table(metrics: dict[str, Any]) -> list[str]:
     rows = []
     for m in _TABLE_METRICS:
         d = metrics.get(m)
-        if not d or (m in _OPTIONAL and not d.get("count")):
+        if not d or (metric(m).optional and not d.get("count")):
             continue
         name = m if d["unit"] == "ms" else f"{m} ({d['unit']})"
         fmt = fmt_ms if d["unit"] == "ms" else (lambda v: fmt_num(v, 2))
@@ -217,7 +224,7 @@ def _ttft_split_lines(split: dict[str, Any]) -> list[str]:
 def _dag_lines(summary: dict[str, Any]) -> list[str]:
     """Step kinds and session times, for runs with fan-outs (a chain's step kinds are its turn classes)."""
     kinds = summary.get("by_step_kind") or {}
-    if not any(k in kinds for k in ("fan-out child", "join")):
+    if not any(k in kinds for k in (STEP_KIND_FAN_OUT_CHILD, STEP_KIND_JOIN)):
         return []
     ttfot = _has_metric(kinds, "ttfot")
     header = [

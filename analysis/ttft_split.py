@@ -25,12 +25,12 @@ from typing import Any
 
 from analysis import hlog
 from analysis.distribution import PERCENTILES, distribution
+from analysis.metric_registry import TURN_CLASSES
 from analysis.records import RequestRecord
 
 __all__ = ["SPLIT_SOURCE", "prefill_us", "ttft_split"]
 
 SPLIT_SOURCE = "server_timings.prompt_ms"
-_TURN_CLASSES = ("first", "follow-up")
 
 
 def prefill_us(rec: RequestRecord) -> int | None:
@@ -60,7 +60,7 @@ def ttft_split(
         return None
     out: dict[str, Any] = {"source": SPLIT_SOURCE, **_group(with_ttft, percentiles)}
     classes = {r.turn_class for r in with_ttft}
-    order = [c for c in _TURN_CLASSES if c in classes] + sorted(classes - set(_TURN_CLASSES))
+    order = [c for c in TURN_CLASSES if c in classes] + sorted(classes - set(TURN_CLASSES))
     out["by_turn_class"] = {
         tc: _group([r for r in with_ttft if r.turn_class == tc], percentiles) for tc in order
     }

@@ -17,16 +17,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-TURN_CLASS_FIRST = "first"
-TURN_CLASS_FOLLOW_UP = "follow-up"
+from analysis.metric_registry import (
+    STEP_KIND_FAN_OUT_CHILD,
+    STEP_KIND_JOIN,
+    TURN_CLASS_FIRST,
+    TURN_CLASS_FOLLOW_UP,
+)
+from analysis.metric_registry import (
+    STEP_KINDS as STEP_KINDS,  # re-exported: the order a DAG's kinds are listed
+)
 
-# Step kinds: the first step, a step extending one previous step, one of the concurrent children
-# of a fan-out, and the step that joins them.
-STEP_FIRST = "first"
-STEP_FOLLOW_UP = "follow-up"
-STEP_FAN_OUT_CHILD = "fan-out child"
-STEP_JOIN = "join"
-STEP_KINDS = (STEP_FIRST, STEP_FOLLOW_UP, STEP_FAN_OUT_CHILD, STEP_JOIN)
+# Step kinds (the results format's, declared in analysis.metric_registry): the first step, a step
+# extending one previous step, one of the concurrent children of a fan-out, and the step that
+# joins them.
+STEP_FIRST = TURN_CLASS_FIRST
+STEP_FOLLOW_UP = TURN_CLASS_FOLLOW_UP
+STEP_FAN_OUT_CHILD = STEP_KIND_FAN_OUT_CHILD
+STEP_JOIN = STEP_KIND_JOIN
 
 
 @dataclass(frozen=True, slots=True)

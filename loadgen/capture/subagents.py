@@ -31,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from analysis.metric_registry import STEP_KIND_FAN_OUT_CHILD, STEP_KIND_JOIN
 from loadgen.capture.messages import MESSAGE_SEPARATOR, Message
 
-KIND_CHILD = "fan-out child"
-KIND_JOIN = "join"
+KIND_CHILD = STEP_KIND_FAN_OUT_CHILD
+KIND_JOIN = STEP_KIND_JOIN
 EMPTY_JOIN_TEXT = "."  # one token under loadgen's tokenizer: a join must send a message
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from analysis.metric_registry import AB, TURN_CLASS_FIRST, TURN_CLASS_FOLLOW_UP, metrics_for
+from analysis.metric_registry import metric as registered_metric
 from analysis.records import SUMMARY_FILE
 from analysis.units import format_duration_us
 from loadgen.commands.run import RunOptions, run
@@ -23,7 +25,6 @@ from loadgen.errors import UserError
 from loadgen.runtime.locust_options import new_run_id
 
 AB_STATS = ("mean", "p50", "p95", "p99")
-AB_METRICS = ("ttft", "tpot", "itl", "e2e")
 # Counters of generation requests a replica received, by engine (the sim's; vLLM's and SGLang's).
 REPLICA_REQUEST_COUNTERS = ("sim:requests_total", "vllm:request_success_total", "sglang:num_requests_total")
 
@@ -86,7 +87,7 @@ def side_by_side(
     header = ["metric", "turns", "stat", *names, *[f"{n}/{base_name}" for n in names[1:]]]
     rows = [header]
     for metric in metrics:
-        for tc in ("first", "follow-up", None):
+        for tc in (TURN_CLASS_FIRST, TURN_CLASS_FOLLOW_UP, None):
             for stat in AB_STATS:
                 vals = [summary_stat(s, tc, metric, stat) for s in summaries]
                 ratios = []
@@ -121,7 +122,7 @@ def follow_up_ttft_factors(
     lower; None when either arm has no follow-up turns)."""
     out: dict[str, float | None] = {}
     for stat in stats:
-        a, b = summary_stat(base, "follow-up", "ttft", stat), summary_stat(other, "follow-up", "ttft", stat)
+        a, b = summary_stat(base, TURN_CLASS_FOLLOW_UP, "ttft", stat), summary_stat(other, TURN_CLASS_FOLLOW_UP, "ttft", stat)
         out[stat] = a / b if a and b else None
     return out
 
@@ -132,8 +133,8 @@ def headline(names: list[str], summaries: list[dict[str, Any]]) -> str:
     for name, s in zip(names[1:], summaries[1:], strict=True):
         parts = []
         for stat in ("mean", "p95"):
-            a = summary_stat(summaries[0], "follow-up", "ttft", stat)
-            b = summary_stat(s, "follow-up", "ttft", stat)
+            a = summary_stat(summaries[0], TURN_CLASS_FOLLOW_UP, "ttft", stat)
+            b = summary_stat(s, TURN_CLASS_FOLLOW_UP, "ttft", stat)
             if a and b:
                 factor, word = (a / b, "lower") if b <= a else (b / a, "higher")
                 parts.append(
@@ -177,10 +178,15 @@ def replica_lines(names: list[str], dirs: list[Path]) -> str:
 
 
 def table_metrics(summaries: list[dict[str, Any]]) -> tuple[str, ...]:
-    """The side-by-side table's metrics: TTFT, and TTFOT beside it where an arm recorded it
-    (a reasoning model's first answer token; absent from older results)."""
-    has_ttfot = any(((s.get("metrics") or {}).get("ttfot") or {}).get("count") for s in summaries)
-    return ("ttft", "ttfot") if has_ttfot else ("ttft",)
+    """The side-by-side table's metrics (the registry's ``ab`` view): TTFT, and TTFOT beside it
+    where an arm recorded it (an optional metric, e.g. a reasoning model's first answer token,
+    shows only where some arm has values: absent from older results)."""
+    return tuple(
+        m
+        for m in metrics_for(AB)
+        if not registered_metric(m).optional
+        or any(((s.get("metrics") or {}).get(m) or {}).get("count") for s in summaries)
+    )
 
 
 def report_ab(names: list[str], dirs: list[Path]) -> str:

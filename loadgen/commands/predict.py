@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from analysis.metric_registry import TURN_CLASS_FOLLOW_UP
 from analysis.records import REQUESTS_FILE
 from analysis.units import format_duration_us
 from loadgen.commands.ab import follow_up_ttft_factors, load_summary, run_ab, summary_stat
@@ -53,7 +54,7 @@ def arm_cache(run_dir: Path) -> ArmCache:
         if not line.strip():
             continue
         rec = orjson.loads(line)
-        if rec.get("turn_class") != "follow-up" or rec.get("status") != "ok" or rec.get("prompt_tokens") is None:
+        if rec.get("turn_class") != TURN_CLASS_FOLLOW_UP or rec.get("status") != "ok" or rec.get("prompt_tokens") is None:
             continue
         n += 1
         cached += rec.get("cached_tokens") or 0
@@ -111,7 +112,7 @@ def follow_up_table(rows: list[tuple[str, str, Path]]) -> str:
         table.append(
             [
                 engine, arm, str(c.follow_ups),
-                _ms(summary_stat(s, "follow-up", "ttft", "mean")), _ms(summary_stat(s, "follow-up", "ttft", "p95")),
+                _ms(summary_stat(s, TURN_CLASS_FOLLOW_UP, "ttft", "mean")), _ms(summary_stat(s, TURN_CLASS_FOLLOW_UP, "ttft", "p95")),
                 "-" if share is None else f"{share:.0%}", _replicas_text(c.replica_hits),
             ]
         )  # fmt: skip

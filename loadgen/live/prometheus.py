@@ -15,32 +15,17 @@ from typing import Any
 
 from analysis.hdr import value_at_percentile
 from analysis.hlog import new_histogram
+from analysis.metric_registry import PROMETHEUS, metric, metrics_for
 from analysis.records import ERROR_CATEGORIES, parse_histogram_tag
 from loadgen.live.exposition import COUNTER, GAUGE, HISTOGRAM, BucketLayout, Family, add_histogram
 from loadgen.live.snapshot import RunSnapshot
 
 LABEL_NAMES = ("turn_class", "tenant", "target")
 
-# results-format metric name -> (exported histogram, help). tokens_per_chunk is a count, not a
-# time, and stays in the results files.
+# results-format metric name -> (exported histogram, help), from the registry. tokens_per_chunk is
+# a count, not a time, and stays in the results files.
 HISTOGRAMS: dict[str, tuple[str, str]] = {
-    "ttft": ("loadgen_ttft_seconds", "Time to first token: first token-bearing chunk minus request sent."),
-    "ttft_sched": (
-        "loadgen_ttft_from_schedule_seconds",
-        "Time to first token from the intended start (includes client lateness; coordinated-omission free).",
-    ),
-    "ttfot": (
-        "loadgen_ttfot_seconds",
-        "Time to first output token: first non-reasoning token-bearing chunk minus request sent.",
-    ),
-    "itl": ("loadgen_itl_seconds", "Inter-token latency: every gap between consecutive token-bearing chunks."),
-    "tpot": ("loadgen_tpot_seconds", "Time per output token after the first, per request with 2+ tokens."),
-    "tpot_output": (
-        "loadgen_tpot_output_seconds",
-        "Time per output token of the answer (reasoning excluded) after its first, per request with 2+.",
-    ),
-    "e2e": ("loadgen_e2e_seconds", "End-to-end latency: stream closed minus request sent."),
-    "schedule_lag": ("loadgen_schedule_lag_seconds", "Request sent minus its intended start: the generator's own lateness."),
+    name: (str(metric(name).exported_as), metric(name).definition) for name in metrics_for(PROMETHEUS)
 }
 
 COUNTERS: dict[str, str] = {

@@ -19,10 +19,12 @@ from typing import Any
 import orjson
 
 from analysis.hdr import percentile_values
+from analysis.metric_registry import LIVE, metrics_for
+from analysis.metric_registry import TURN_CLASSES as REGISTRY_TURN_CLASSES
 from loadgen.live.snapshot import SnapshotSource
 
-LIVE_METRICS = ("ttft", "ttfot", "tpot", "itl", "e2e", "schedule_lag")
-TURN_CLASSES = (None, "first", "follow-up")
+LIVE_METRICS = metrics_for(LIVE)
+TURN_CLASSES = (None, *REGISTRY_TURN_CLASSES)  # None: all turns
 LIVE_PERCENTILES = (50.0, 95.0, 99.0)  # through analysis.hdr.percentile_values, as every command's
 HISTORY_POINTS = 720  # 12 minutes at one point a second; older points are thinned
 
