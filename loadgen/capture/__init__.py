@@ -6,7 +6,8 @@ Two processes. The relay only moves bytes: ``proxy`` (the aiohttp server, on uvl
 starting the other process). The assembler process (``assembler_process``) parses and records:
 ``recorder`` (events into turns), ``apis`` (which requests are recorded, and the Messages and
 Responses bodies as chat-shaped messages), ``messages`` (what a chat request says), ``assembly``
-(requests into sessions, pure), ``subagents`` (sub-agents as fan-out), ``reply`` (a reply's
+(requests into sessions, pure), ``conversations`` (the turns, conversations and pending requests
+it keeps, and the history-prefix matching), ``subagents`` (sub-agents as fan-out), ``reply`` (a reply's
 output length and, for Responses, its id), ``redact`` (same-shape filler), ``anonymized`` (block
 hashes instead of text), ``writer`` (the crash-safe session file). docs/workloads.md "Capturing live traffic" is the
 user's guide."""
@@ -17,7 +18,7 @@ from loadgen.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "CaptureOptions": "service",
-    "CaptureStats": "assembly",
+    "CaptureStats": "conversations",
     "SessionAssembler": "assembly",
     "run_capture": "service",
 }

@@ -25,7 +25,7 @@ import os
 
 import orjson
 
-from loadgen.capture.assembly import CapturedTurn
+from loadgen.capture.conversations import CapturedTurn
 from workloads.anonymize import (
     DEFAULT_BLOCK_SIZE,
     FORMAT_MOONCAKE,

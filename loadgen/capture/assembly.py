@@ -25,7 +25,6 @@ client's next request is attributed against the last recorded one.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.capture.apis import (
@@ -37,6 +36,16 @@ from loadgen.capture.apis import (
     ApiRequest,
     read_request,
 )
+from loadgen.capture.conversations import (
+    CapturedTurn,
+    CaptureStats,
+    Conversation,
+    PendingTurn,
+    added_messages,
+    added_text,
+    idle_first,
+    without_reply,
+)
 from loadgen.capture.messages import (
     MESSAGE_SEPARATOR,
     Message,
@@ -47,89 +56,7 @@ from loadgen.capture.messages import (
 )
 from loadgen.capture.subagents import KIND_CHILD, KIND_JOIN, child_turn, differs, join_text
 
-__all__ = [
-    "CHAT", "COMPLETIONS", "MESSAGES", "RESPONSES", "CaptureStats", "CapturedTurn", "Conversation",
-    "PendingTurn", "SessionAssembler",
-]  # fmt: skip
-
-
-@dataclass(slots=True)
-class CapturedTurn:
-    content: str
-    role: str
-    max_tokens: int
-    think_time_s: float
-    tool_call: str | None = None  # a tool-result turn: the tool whose call it answers
-    kind: str | None = None  # "fan-out child" or "join" (subagents.py); None: a chain step
-
-
-@dataclass(slots=True)
-class Conversation:
-    """One open conversation: what it recorded and what its next request must start with."""
-
-    seq: int
-    endpoint: str
-    key: str | None
-    session_id: str | None = None  # given on the first recorded turn
-    arrival_s: float | None = None  # when its first recorded turn's request came (monotonic s)
-    system_prompt: str = ""
-    turns: list[CapturedTurn] = field(default_factory=list)
-    # chat: how many messages the last recorded request had, and the digest of that prefix
-    history_len: int = 0
-    history_digest: bytes | None = None
-    # completions: the last recorded prompt and the reply text that followed it
-    history_prompt: str | None = None
-    last_reply: str = ""
-    # responses: the id of the last recorded reply (a chain's next request names it) and the tool
-    # calls that reply made (a chained request does not resend them); chained: the history is
-    # held by the server, so history_len/history_digest say nothing
-    last_response_id: str | None = None
-    reply_calls: dict[str, str] | None = None
-    chained: bool = False
-    tools: tuple[str, ...] = ()  # the tool names its first recorded request defined
-    # sub-agents (subagents.py): a parent's, begun since its last turn; a sub-agent's parent
-    subagents: list[Conversation] = field(default_factory=list)
-    parent: Conversation | None = None
-    last_end_s: float | None = None
-    last_activity_s: float = 0.0
-    in_flight: int = 0
-    superseded: bool = False
-
-
-@dataclass(slots=True)
-class PendingTurn:
-    """A request on the wire; becomes a turn when its reply completes."""
-
-    conversation: Conversation
-    content: str
-    role: str
-    system_prompt: str
-    t_request_s: float
-    prev_end_s: float | None
-    history_len: int = 0
-    history_digest: bytes | None = None
-    prompt: str | None = None
-    tool_call: str | None = None
-    chained: bool = False  # a Responses request that names the previous response
-    tools: tuple[str, ...] = ()
-    children: list[Conversation] | None = None  # a join: the sub-agents that become its fan-out
-    children_tool: str | None = None  # the tool the children's outputs answer
-
-    @property
-    def endpoint(self) -> str:
-        """The API of the request (``CHAT``, ``COMPLETIONS``, ``MESSAGES``, ``RESPONSES``): what
-        its reply is read as (``ReplyMeter(pending.endpoint, ...)``)."""
-        return self.conversation.endpoint
-
-
-@dataclass(slots=True)
-class CaptureStats:
-    requests: int = 0
-    turns: int = 0
-    not_recorded: int = 0  # bodies that are not a request of a recorded API we can read
-    cut: int = 0
-    failed: int = 0
-    subagent_requests_folded: int = 0  # a sub-agent's requests before its last (subagents.py)
+__all__ = ["CHAT", "COMPLETIONS", "MESSAGES", "RESPONSES", "SessionAssembler"]
 
 
 class SessionAssembler:
@@ -183,7 +110,7 @@ class SessionAssembler:
         if key is not None:
             conv = self._by_key.get((endpoint, key))
             if conv is not None and (conv.history_digest is not None or conv.chained):
-                added = _added_messages(conv, msgs, digests)
+                added = added_messages(conv, msgs, digests)
                 if added is None:
                     system = split_system(msgs)[0]
                     if conv.turns and differs(system, req.tools, conv.system_prompt, conv.tools):
@@ -196,8 +123,8 @@ class SessionAssembler:
                 candidates = self._by_history.get(digests[n - 1])
                 if not candidates:
                     continue
-                for cand in sorted(candidates, key=_idle_first):
-                    added = _added_messages(cand, msgs, digests)
+                for cand in sorted(candidates, key=idle_first):
+                    added = added_messages(cand, msgs, digests)
                     if added is not None:
                         conv = cand
                         break
@@ -236,7 +163,7 @@ class SessionAssembler:
         """A sub-agent request of ``parent`` (subagents.py): it continues the open sub-agent whose
         history it extends, else starts one. Its turn's text is all of its non-system text."""
         msgs = req.messages
-        sub = next((s for s in parent.subagents if _added_messages(s, msgs, digests) is not None), None)
+        sub = next((s for s in parent.subagents if added_messages(s, msgs, digests) is not None), None)
         if sub is None:
             self._seq += 1
             sub = Conversation(seq=self._seq, endpoint=parent.endpoint, key=None, parent=parent)
@@ -269,7 +196,7 @@ class SessionAssembler:
         system, added = split_system(req.messages)
         if conv is not None and conv.parent is not None:  # a sub-agent's chain: all it did so far
             so_far = conv.turns[-1].content
-            new, _ = turn_text(_without_reply(added))
+            new, _ = turn_text(without_reply(added))
             content = MESSAGE_SEPARATOR.join(t for t in (so_far, new) if t)
             return PendingTurn(
                 conv, content, "user", conv.system_prompt, now_s, conv.last_end_s, chained=True
@@ -278,7 +205,7 @@ class SessionAssembler:
             conv = self._new_conversation(RESPONSES, key, now_s)
         else:
             system = conv.system_prompt
-            added = _without_reply(added)
+            added = without_reply(added)
         content, role = turn_text(added)
         tool_call = answered_tool(added, req.messages)
         if tool_call is None and conv.reply_calls and added and added[0].role == "tool":
@@ -299,15 +226,15 @@ class SessionAssembler:
         if key is not None:
             conv = self._by_key.get((COMPLETIONS, key))
             if conv is not None and conv.history_prompt is not None:
-                content = _added_text(conv, prompt)
+                content = added_text(conv, prompt)
                 if content is None:
                     self._supersede(conv)
                     conv = None
         else:
             best = -1
-            for cand in sorted(self._completions.values(), key=_idle_first):
+            for cand in sorted(self._completions.values(), key=idle_first):
                 if len(cand.history_prompt or "") > best:
-                    added = _added_text(cand, prompt)
+                    added = added_text(cand, prompt)
                     if added is not None:
                         conv, content, best = cand, added, len(cand.history_prompt)
         if conv is None:
@@ -511,35 +438,3 @@ class SessionAssembler:
                     break
         self._used_ids.add(sid)
         return sid
-
-
-def _idle_first(conv: Conversation) -> tuple[int, float]:
-    """Prefer conversations with nothing on the wire, then the one idle the longest."""
-    return (conv.in_flight, conv.last_end_s if conv.last_end_s is not None else 0.0)
-
-
-def _added_messages(conv: Conversation, msgs: list[Message], digests: list[bytes]) -> list[Message] | None:
-    """What ``msgs`` adds to ``conv``'s history, less the assistant reply; None if it doesn't extend it."""
-    n = conv.history_len
-    if n == 0 or len(msgs) <= n or digests[n - 1] != conv.history_digest:
-        return None
-    return _without_reply(msgs[n:]) or None
-
-
-def _without_reply(added: list[Message]) -> list[Message]:
-    """``added`` less the assistant reply it starts with (the server produced it)."""
-    i = 0
-    while i < len(added) and added[i].role == "assistant":
-        i += 1
-    return added[i:]
-
-
-def _added_text(conv: Conversation, prompt: str) -> str | None:
-    """What a completions prompt adds after the last recorded prompt and its reply."""
-    prev = conv.history_prompt
-    if prev is None or len(prompt) <= len(prev) or not prompt.startswith(prev):
-        return None
-    added = prompt[len(prev) :]
-    if conv.last_reply and added.startswith(conv.last_reply):
-        added = added[len(conv.last_reply) :]
-    return added or None

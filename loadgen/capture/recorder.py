@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from loadgen.capture.assembly import PendingTurn, SessionAssembler
+from loadgen.capture.assembly import SessionAssembler
+from loadgen.capture.conversations import PendingTurn
 from loadgen.capture.feed import (
     BEGIN,
     CHUNK,

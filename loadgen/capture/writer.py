@@ -21,7 +21,7 @@ from pathlib import Path
 import orjson
 
 from loadgen.capture.anonymized import Anonymizer, block_size_from_env
-from loadgen.capture.assembly import CapturedTurn, Conversation
+from loadgen.capture.conversations import CapturedTurn, Conversation
 
 Redactor = Callable[[str], str]
 

@@ -8,7 +8,7 @@ import random
 import orjson
 import pytest
 
-from loadgen.capture.assembly import CapturedTurn
+from loadgen.capture.conversations import CapturedTurn
 from loadgen.capture.redact import redact
 from loadgen.capture.reply import Reply, ReplyMeter
 from loadgen.capture.writer import SessionRenderer, SessionSnapshot, SessionWriter
