@@ -100,7 +100,12 @@ def test_recorded_histograms_equal_an_independent_computation_from_requests_json
             "run", "--target", proc.url, "--workload", "tiny", "--rate", "20",
             "--num-sessions", "60", "--seed", "5", "--results", str(results),
         )  # fmt: skip
-        assert r.returncode == 0, r.stderr[-3000:]
+        # This checks the bookkeeping (histograms against records), which no timing changes: on a
+        # loaded host the run may rightly say the generator was saturated (exit 4, its lag or its
+        # coalesced reads over the bound), and what is compared below holds all the same.
+        assert r.returncode in (0, 4), r.stderr[-3000:]
+        if r.returncode == 4:
+            assert "generator saturated" in r.stdout + r.stderr, r.stderr[-3000:]
     d = run_dir(results)
     recs = records(d)
     hists = read_histograms(d / "metrics.hlog")
