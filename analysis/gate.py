@@ -33,6 +33,7 @@ from analysis.compare import (
     fmt_factor,
     too_few_text,
 )
+from analysis.compare import TURN_CLASSES as COMPARE_TURN_CLASSES
 from analysis.slo import Slos
 from analysis.summary import summarize
 from analysis.summary_format import fmt_ms
@@ -40,7 +41,9 @@ from analysis.summary_format import fmt_ms
 _KEY_RE = re.compile(
     r"^("
     + "|".join(sorted(COMPARE_METRICS, key=len, reverse=True))
-    + r")_(p[0-9.]+|mean)(?:@(all|first|follow-up))?$"
+    + r")_(p[0-9.]+|mean)(?:@("
+    + "|".join(COMPARE_TURN_CLASSES)
+    + r"))?$"
 )
 KEY_FORM = (
     "metric_stat[@turn_class], e.g. ttft_p99, itl_p95@all, ttft_p95@follow-up, e2e_mean (metrics: "

@@ -33,7 +33,8 @@ AB = "ab"  # loadgen ab's side-by-side table
 COMPARE = "compare"  # loadgen compare's rows, and the gate's keys
 STEP_KIND = "step_kind"  # summary.json: by_step_kind
 PROMETHEUS = "prometheus"  # the master's /metrics histograms
-VIEWS = (SUMMARY_TABLE, SLO, LIVE, AB, COMPARE, STEP_KIND, PROMETHEUS)
+SWEEP = "sweep"  # loadgen sweep's table (latency per rate) and its plots
+VIEWS = (SUMMARY_TABLE, SLO, LIVE, AB, COMPARE, STEP_KIND, PROMETHEUS, SWEEP)
 
 # Turn classes: a session's first turn and the turns after it; ALL_TURNS labels both together.
 TURN_CLASS_FIRST = "first"
@@ -84,7 +85,7 @@ REGISTRY: tuple[Metric, ...] = (
         "ttft", "TTFT", DURATION, "t_first - t_send",
         "Time to first token: first token-bearing chunk minus request sent.",
         exported_as="loadgen_ttft_seconds",
-        views=_at(summary_table=0, slo=0, live=0, ab=0, compare=0, step_kind=0, prometheus=0),
+        views=_at(summary_table=0, slo=0, live=0, ab=0, compare=0, step_kind=0, prometheus=0, sweep=0),
     ),
     Metric(
         "ttft_sched", "TTFT from schedule", DURATION, "t_first - t_sched",
@@ -102,19 +103,19 @@ REGISTRY: tuple[Metric, ...] = (
         "itl", "ITL", DURATION, "t_{i+1} - t_i",
         "Inter-token latency: every gap between consecutive token-bearing chunks.",
         exported_as="loadgen_itl_seconds",
-        views=_at(summary_table=4, slo=5, live=3, compare=2, step_kind=2, prometheus=3),
+        views=_at(summary_table=4, slo=5, live=3, compare=2, step_kind=2, prometheus=3, sweep=2),
     ),
     Metric(
         "tpot", "TPOT", DURATION, "(t_last - t_first) / (N - 1)",
         "Time per output token after the first, per request with 2+ tokens.",
         exported_as="loadgen_tpot_seconds",
-        views=_at(summary_table=5, slo=3, live=2, compare=1, step_kind=3, prometheus=4),
+        views=_at(summary_table=5, slo=3, live=2, compare=1, step_kind=3, prometheus=4, sweep=1),
     ),
     Metric(
         "e2e", "E2E latency", DURATION, "t_end - t_send",
         "End-to-end latency: stream closed minus request sent.",
         exported_as="loadgen_e2e_seconds",
-        views=_at(summary_table=7, slo=6, live=4, compare=3, step_kind=4, prometheus=6),
+        views=_at(summary_table=7, slo=6, live=4, compare=3, step_kind=4, prometheus=6, sweep=3),
     ),
     Metric(
         "tokens_per_chunk", "tokens per chunk", COUNT, "chunk_tokens",
@@ -257,6 +258,7 @@ __all__ = [
     "STREAM_CUT",
     "SUMMARY_DURATION_UNIT",
     "SUMMARY_TABLE",
+    "SWEEP",
     "TIMEOUT",
     "TOKENS_UNIT",
     "TURN_CLASSES",

@@ -23,7 +23,7 @@ from analysis import hdr, hlog, timeseries
 from analysis.compare import HEADLINES, METRIC_NAMES
 from analysis.compare_format import compare_cdf_svg, describe_target, significance
 from analysis.html import Raw, charts, esc, ok_mark, page, section, table
-from analysis.metric_registry import ALL_TURNS, TURN_CLASS_FOLLOW_UP, TURN_CLASSES
+from analysis.metric_registry import ALL_TURNS, SWEEP, TURN_CLASS_FOLLOW_UP, TURN_CLASSES, metrics_for
 from analysis.records import METRICS, REPORT_FILE, parse_histogram_tag
 from analysis.results import RunResults, load_results
 from analysis.slo import parse_slos
@@ -394,7 +394,7 @@ def render_sweep_report(result: SweepResult) -> str:
         limits.setdefault(slo.metric, []).append(Mark(slo.limit_ms, str(slo)))
     x_label = "sessions/s offered"
     plots = []
-    for metric in ("ttft", "itl", "tpot", "e2e"):
+    for metric in metrics_for(SWEEP):
         cols = {
             k: [(f["latency_ms"].get(metric) or {}).get(k) for *_, f in pts] for k in ("p50", "p90", "p99")
         }

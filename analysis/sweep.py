@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from analysis.metric_registry import SWEEP, metrics_for
 from analysis.slo import Slos, evaluate_percentile_slos, parse_slos
 from analysis.summary_format import fmt_ms
 
@@ -309,7 +310,7 @@ def key_figures(summary: dict[str, Any]) -> dict[str, Any]:
     metrics = summary.get("metrics") or {}
     lat = {
         m: {s: (metrics.get(m) or {}).get(s) for s in ("p50", "p90", "p99")}
-        for m in ("ttft", "tpot", "itl", "e2e")
+        for m in metrics_for(SWEEP)
         if m in metrics
     }
     tp = summary.get("throughput") or {}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import compare, records, sessions, slo, summary_format
+from analysis import compare, records, sessions, slo, summary_format, sweep
 from analysis.metric_registry import (
     AB,
     COMPARE,
@@ -25,6 +25,7 @@ from analysis.metric_registry import (
     SLO,
     STEP_KIND,
     SUMMARY_TABLE,
+    SWEEP,
     VIEWS,
     error_categories_of,
     metric,
@@ -117,6 +118,8 @@ def test_the_views_read_the_registry() -> None:
     for name, (exported, help_text) in prometheus.HISTOGRAMS.items():
         assert (exported, help_text) == (metric(name).exported_as, metric(name).definition)
     assert set(metrics_for(AB)) <= set(METRICS)
+    figures = sweep.key_figures({"metrics": {m: {"p50": 1.0} for m in METRICS}})
+    assert tuple(figures["latency_ms"]) == metrics_for(SWEEP)
 
 
 def test_every_exported_metric_has_a_seconds_name_and_every_duration_a_unit() -> None:
