@@ -421,6 +421,7 @@ def _overview(sa: dict[str, Any], sb: dict[str, Any]) -> list[dict[str, Any]]:
             (sa["cost"] or {}).get("output_tokens_per_usd"),
             (sb["cost"] or {}).get("output_tokens_per_usd"),
         ),
+        *_energy_items(sa, sb),
         (
             "schedule lag p99 ms",
             sa["generator"]["schedule_lag_p99_ms"],
@@ -432,6 +433,22 @@ def _overview(sa: dict[str, Any], sb: dict[str, Any]) -> list[dict[str, Any]]:
         ratio = round(y / x, 4) if x and y is not None else None
         out.append({"name": name, "a": x, "b": y, "ratio": ratio})
     return out
+
+
+ENERGY_FIGURES = (
+    ("average GPU power W", "average_power_w"),
+    ("GPU energy J", "energy_j"),
+    ("output tokens/J", "output_tokens_per_joule"),
+    ("J per 1M output tokens", "joules_per_1m_output_tokens"),
+)
+
+
+def _energy_items(sa: dict[str, Any], sb: dict[str, Any]) -> list[tuple[str, float | None, float | None]]:
+    """The energy figures side by side when either run scraped GPU power (``--power-metrics``)."""
+    ea, eb = sa.get("energy") or {}, sb.get("energy") or {}
+    if not ea and not eb:
+        return []
+    return [(name, ea.get(key), eb.get(key)) for name, key in ENERGY_FIGURES]
 
 
 def _warnings(a: RunResults, b: RunResults, summaries, differences: list[str]) -> list[str]:

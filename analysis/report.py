@@ -196,6 +196,10 @@ def _throughput_block(s: dict[str, Any]) -> str:
         rows.append([label, fmt_num(g["throughput"]["requests_per_s"]), fmt_num(g["throughput"]["output_tokens_per_s"], 1),
                      fmt_num(g["slo"]["goodput_tokens_per_s"], 1), fmt_num(c.get("cost_per_hour_usd")),
                      fmt_num(c.get("output_tokens_per_usd"), 0), fmt_num(c.get("usd_per_1m_output_tokens"), 4)])  # fmt: skip
+        if s.get("energy"):  # --power-metrics: energy beside the cost (docs/metrics.md "Energy")
+            e = g.get("energy") or {}
+            rows[-1] += [fmt_num(e.get("average_power_w"), 1), fmt_num(e.get("energy_j"), 1),
+                         fmt_num(e.get("output_tokens_per_joule"), 3), fmt_num(e.get("joules_per_1m_output_tokens"), 0)]  # fmt: skip
     head = [
         "",
         "requests/s",
@@ -205,6 +209,8 @@ def _throughput_block(s: dict[str, Any]) -> str:
         "output tokens/$",
         "$ per 1M output tokens",
     ]
+    if s.get("energy"):
+        head += ["avg GPU W", "GPU energy J", "output tokens/J", "J per 1M output tokens"]
     return (
         table(head, rows)
         + f'<p class="muted">Over the measurement window ({s["window"]["length_s"]:g} s, warm-up excluded).</p>'

@@ -177,7 +177,27 @@ def summarize_results(
         out[f"by_{label_key}"] = {
             v: ctx.target_group([t for t in targets if t["labels"].get(label_key) == v]) for v in values
         }
+    _add_energy(out, res, notes)
     return out
+
+
+def _add_energy(out: dict[str, Any], res: RunResults, notes: list[str]) -> None:
+    """``energy`` of the run and of each target its GPU power was tied to (``--power-metrics``,
+    analysis/energy.py); None without power samples."""
+    from analysis.energy import run_energy
+
+    by_target = out["by_target"]
+    tokens = {label: g["throughput"]["output_tokens"] for label, g in by_target.items()}
+    window = (res.window.start_s, res.window.end_s)
+    e = run_energy(res.path, res.info.get("t0_unix_s"), window, out["throughput"]["output_tokens"], tokens)
+    out["energy"] = None if e is None else e.total
+    for label, g in by_target.items():
+        g["energy"] = None if e is None else e.by_target.get(label)
+    if e is not None:
+        notes.extend(e.notes)
+        for target in sorted(set(e.by_target) - set(by_target)):
+            notes.append(f"energy: --power-metrics {target}=...: no target of the run is labelled {target!r} "
+                         f"(targets: {', '.join(by_target) or 'none'}); its energy counts in the total only")  # fmt: skip
 
 
 class _Context:

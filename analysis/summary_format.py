@@ -101,6 +101,7 @@ def format_summary(summary: dict[str, Any] | str | Path) -> str:
     out.append("")
     out.extend(_slo_lines(summary))
     out.extend(_cost_lines(summary))
+    out.extend(energy_lines(summary))
     gen = summary["generator"]
     state = "SATURATED" if gen["saturated"] else "ok"
     cpu = f"  |  cpu p99 {gen['cpu_percent_p99']:g}%" if gen.get("cpu_percent_p99") is not None else ""
@@ -278,6 +279,26 @@ def _cost_lines(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def energy_lines(summary: dict[str, Any]) -> list[str]:
+    """The energy lines (``--power-metrics``): the run's, then each target's with its own GPUs."""
+    if not summary.get("energy"):
+        return []
+    rows = [("all", summary["energy"])]
+    rows += [(label, g["energy"]) for label, g in (summary.get("by_target") or {}).items() if g.get("energy")]
+    out = []
+    for label, e in rows:
+        if e.get("energy_j") is None:
+            out.append(f"energy      {label}: no figure (see the notes)")
+            continue
+        per_m = e.get("joules_per_1m_output_tokens")
+        out.append(
+            f"energy      {label}: {fmt_num(e['average_power_w'], 1)} W avg, {fmt_num(e['energy_j'], 1)} J  |  "
+            f"{fmt_num(e['output_tokens_per_joule'], 3)} output tokens/J  |  "
+            f"{'-' if per_m is None else f'{per_m:,.0f} J'} per 1M output tokens  ({e.get('method')})"
+        )
+    return out
+
+
 def summary_to_csv(summary: dict[str, Any] | str | Path) -> str:
     """Long-format CSV: ``scope,group,metric,stat,value,unit``, one number a row."""
     summary = load_summary(summary)
@@ -348,6 +369,11 @@ def _group_rows(scope: str, group: str, g: dict[str, Any]) -> Iterator[list[Any]
             yield [scope, group, "slo", k, _cell(slo[k]), unit]
     for c in slo["percentile"]:
         yield [scope, group, "slo", c["slo"], _cell(c["observed_ms"]), "ms"]
+    energy = g.get("energy") or {}
+    for k, unit in (("average_power_w", "W"), ("energy_j", "J"), ("output_tokens_per_joule", "output_tokens"),
+                    ("joules_per_1m_output_tokens", "J")):  # fmt: skip
+        if energy.get(k) is not None:
+            yield [scope, group, "energy", k, _cell(energy[k]), unit]
     for k, v in (g.get("cost") or {}).items():
         yield [
             scope,
@@ -363,4 +389,4 @@ def _cell(v: Any) -> Any:
     return "" if v is None else v
 
 
-__all__ = ["describe_mode", "fmt_ms", "format_summary", "load_summary", "summary_to_csv"]
+__all__ = ["describe_mode", "energy_lines", "fmt_ms", "format_summary", "load_summary", "summary_to_csv"]

@@ -13,6 +13,7 @@ __all__ = [
     "compare",
     "demo",
     "evalset",
+    "power_scrape",
     "predict",
     "quality",
     "report",

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.commands import server_scrape
+from loadgen.commands import power_scrape, server_scrape
 from loadgen.errors import UserError
 from loadgen.runtime.locust_options import new_run_id
 from loadgen.runtime.loss_timeouts import DEFAULT_MASTER_LOSS_TIMEOUT_S, parse_loss_timeout
@@ -53,6 +53,7 @@ def validate(opts: RunOptions) -> None:
         opts.workload, opts.workload_format, parse_options_flag(opts.workload_options or ""), opts.tokenizer, stream=True
     )
     check_tls_choice(opts.ca_cert, opts.insecure)
+    power_scrape.check(opts)
     if opts.ca_cert or opts.insecure:
         from targets.tls import tls_context
 
@@ -356,12 +357,16 @@ def run(opts: RunOptions) -> int:
             info_path = f.name
         metrics_urls = server_scrape.endpoints(url, info)
         before = server_scrape.snapshot(metrics_urls)
+        power = None
         try:
+            power = power_scrape.start(opts, info)  # GPU power each second while the load runs
             argv = locust_args(opts, url, info_path) + process_args(opts)
             argv += opts.extra_locust_args
             code = run_locust(argv, master=True, env=env)
         finally:
             os.unlink(info_path)
+            if power is not None:
+                power.stop()
         run_dir = Path(opts.results) / opts.run_id
         if code not in EXIT_CODES:
             code = master_died(code, run_dir)
@@ -370,6 +375,7 @@ def run(opts: RunOptions) -> int:
                 server_scrape.write(run_dir, metrics_urls, before, server_scrape.snapshot(metrics_urls))
             except OSError:
                 pass  # a full or read-only disk: the run already stopped on it, and its verdict stays the last line
+            power_scrape.report(power)
     if opts.html and (run_dir / "run.json").exists():
         from analysis.report import write_report
 

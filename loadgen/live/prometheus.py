@@ -11,6 +11,7 @@ dashboard (k8s/grafana/loadgen-dashboard.json) and its test use ``EXPORTED_NAMES
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from analysis.hdr import value_at_percentile
@@ -46,7 +47,12 @@ GAUGES: dict[str, str] = {
     "loadgen_run_info": "The current run: run id, workload, seed, mode, arrival process and rate.",
     "loadgen_run_start_time_seconds": "When the run's schedule starts (Unix time).",
     "loadgen_run_end_time_seconds": "When the run's results were closed (Unix time); 0 while it runs.",
+    "loadgen_gpu_energy_joules": "GPU energy since the run's start, per --power-metrics endpoint (J).",
+    "loadgen_gpu_power_watts": "Average GPU power since the run's start, per --power-metrics endpoint (W).",
+    "loadgen_output_tokens_per_joule": "Output tokens received per joule of GPU energy since the run's start (every endpoint).",
+    "loadgen_joules_per_million_output_tokens": "GPU energy per 1M output tokens since the run's start (J, every endpoint).",
 }
+POWER_LIVE_FILE = "power-live.json"  # written each second by the front's power loop (loadgen/commands/power_scrape.py)
 
 EXPORTED_NAMES: tuple[str, ...] = (*(name for name, _ in HISTOGRAMS.values()), *COUNTERS, *GAUGES)
 
@@ -86,7 +92,34 @@ def collect(snap: RunSnapshot) -> list[Family]:
     if lag.get_total_count():
         fams["loadgen_schedule_lag_p99_seconds"].add(value_at_percentile(lag, 99.0) / 1e6)
     fams["loadgen_schedule_lag_bound_seconds"].add(cfg.max_schedule_lag_us / 1e6)
+    _add_power(fams, cfg, sum(t.output_tokens for t in agg.by_labels.values()))
     return [*histograms, *fams.values()]
+
+
+def _add_power(fams: dict[str, Family], cfg: Any, output_tokens: int) -> None:
+    """The energy gauges, from the front's ``power-live.json`` (absent: no --power-metrics, or the
+    loop's first figure is not in yet). A small file read at most once a second (the endpoint's cache)."""
+    import orjson
+
+    try:
+        live = orjson.loads((Path(cfg.results_dir) / cfg.run_id / POWER_LIVE_FILE).read_bytes())
+        rows = [
+            ({"source": str(s.get("source", "")), "target": str(s.get("target") or "")}, float(s["energy_j"]),
+             None if s.get("average_power_w") is None else float(s["average_power_w"]))
+            for s in live["sources"]
+        ]  # fmt: skip
+    except (OSError, TypeError, KeyError, ValueError, AttributeError):  # orjson's error is a ValueError
+        return  # a file caught mid-replace or not the front's: no gauges this scrape rather than a wrong one
+    total = 0.0
+    for labels, energy_j, power_w in rows:
+        fams["loadgen_gpu_energy_joules"].add(energy_j, labels)
+        if power_w is not None:
+            fams["loadgen_gpu_power_watts"].add(power_w, labels)
+        total += energy_j
+    if live.get("complete") and total > 0:  # a ratio that left out an endpoint would be false
+        fams["loadgen_output_tokens_per_joule"].add(output_tokens / total)
+        if output_tokens:
+            fams["loadgen_joules_per_million_output_tokens"].add(total / output_tokens * 1e6)
 
 
 def _histograms(agg: Any) -> list[Family]:

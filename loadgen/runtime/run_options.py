@@ -222,6 +222,17 @@ def _port(flag: str, port: int) -> None:
         raise UserError(f"{flag} {port}: a port is 0 to 65535")
 
 
+def _power_metrics(flag: str, text: str) -> None:
+    if text.strip() == "embedded":  # every replica of the embedded fleet (loadgen/commands/power_scrape.py)
+        return
+    from targets.power import parse_power_metrics
+
+    try:
+        parse_power_metrics(flag, text)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
 def _opt(flag: str, kind: str, default: Any, help: str, **kw: Any) -> RunOption:
     return RunOption(flag, kind, default, help, **kw)
 
@@ -256,6 +267,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     _opt("--session-header", TEXT, None, "Header for the session id (default X-Session-ID or the router's).", field="session_header"),
     _opt("--target-label", TEXT, None, "The target's name in results (default: host:port).", field="target_label"),
     _opt("--target-kind", TEXT, None, "openai, router, llama-server, sglang, vllm (default: openai).", commands=frozenset(), field="target_kind"),
+    _opt("--power-metrics", TEXT, None, "GPU exporter /metrics (dcgm-exporter, AMD device-metrics-exporter) scraped each second for energy per token: URL for the fleet or TARGET=URL, comma-separated; 'embedded' for the embedded sims.", metavar="URL|TARGET=URL,...", check=_power_metrics, **_FRONT),
     _opt("--cost-per-hour", FLOAT, None, "Target cost in USD/hour (tokens per dollar).", unit="USD/h", minimum=0, field="cost_per_hour_usd"),
     _opt("--request-timeout", DURATION, "300s", "Wall-clock deadline per request.", unit="s", field="request_timeout_s"),
     _opt("--first-byte-timeout", DURATION, "0s", "Deadline from request sent to response headers (0s = off).", unit="s", field="first_byte_timeout_s"),

@@ -121,6 +121,7 @@ class EngineStats:
     rejected: int = 0
     steps: int = 0
     preemptions: int = 0
+    busy_s: float = 0.0  # virtual seconds spent in steps, the last one whole (its power: targets/sim/power.py)
 
 
 class Engine:
@@ -133,6 +134,7 @@ class Engine:
         self.cache = PrefixCache(profile.num_blocks, profile.block_size_tokens)
         self._on_demand = profile.preemption  # KV blocks as tokens need them, preempting under pressure
         self.stats = EngineStats()
+        self.last_step_start_s = 0.0  # virtual start of the latest step (it may still be running in wall time)
         self._waiting: deque[SimSequence] = deque()
         self._running: list[SimSequence] = []
         self._last_arrival = 0.0
@@ -311,6 +313,8 @@ class Engine:
             self.stats.finished += len(finished)
         self.stats.generation_tokens += len(emitted)
         self.stats.steps += 1
+        self.stats.busy_s += end - start
+        self.last_step_start_s = start
         self.now = end
         return Step(start, end, emitted, finished, len(scheduled), tokens, kv_read)
 

@@ -30,6 +30,7 @@ from targets.sim.engine import ABORTED, FINISHED, Engine, QueueFull, RequestTooL
 from targets.sim.eos import LENGTH, STOP, reply_end
 from targets.sim.kept_responses import KeptResponses, without_instructions
 from targets.sim.metrics import ServerCounters, metric_values, render
+from targets.sim.power import GpuPower, gpu_power, render_dcgm
 from targets.sim.profile import Profile
 from targets.sim.tool_calls import arguments, tool_called
 from targets.sim.truth import (
@@ -150,6 +151,7 @@ class SimServer:
         r.add_get("/health", self._health)
         r.add_get("/health_generate", self._health)
         r.add_get("/metrics", self._metrics)
+        r.add_get("/dcgm/metrics", self._dcgm_metrics)  # modelled GPU power (targets/sim/power.py)
         r.add_get("/v1/models", self._serve_json(info.models))
         r.add_get("/version", self._serve_json(info.version))
         for path in ("/get_model_info", "/model_info"):
@@ -608,6 +610,15 @@ class SimServer:
     async def _metrics(self, _request: web.Request) -> web.Response:
         text = render(metric_values(self.engine, self.counters), self.model_name, self.counters)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _dcgm_metrics(self, _request: web.Request) -> web.Response:
+        # The page a dcgm-exporter beside the engine would serve: the modelled GPU power alone.
+        text = "\n".join(render_dcgm(self._gpu_power(), self.server_id or "sim")) + "\n"
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    def _gpu_power(self) -> GpuPower:
+        elapsed = time.perf_counter() - self._t0
+        return gpu_power(self.engine, self.profile.name, elapsed, self.virtual_now(), self.time_scale, f"GPU-{self.server_id or 'sim'}")
 
     async def _sim_request(self, request: web.Request) -> web.Response:
         rec = self.truth.get(request.match_info["request_id"])
