@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint bench soak clean llama-server browser
+.PHONY: setup demo test test-fast lint bench soak clean llama-server browser fuzz
 
 setup: $(STAMP)
 
@@ -47,6 +47,12 @@ bench: setup
 # 30 minutes at a steady rate: memory, file descriptors and lost records (docs/soak.md)
 soak: setup
 	$(BIN)/python bench/soak.py
+
+# The compiled body reader fuzzed against the Python one (docs/performance.md, "Fuzzing the reader"):
+# an ASan+UBSan build in build/fuzz, atheris from the [fuzz] extra; stops at the first difference.
+FUZZ_SECONDS ?= 300
+fuzz: setup
+	FUZZ_SECONDS=$(FUZZ_SECONDS) PY=$(BIN)/python bash tests/fuzz/run_fuzz.sh
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .ruff_cache *.egg-info

@@ -9,8 +9,9 @@
  *
  * Chunked framing follows llhttp's strict grammar as geventhttpclient runs it: hex sizes (at most
  * 16 digits' worth of value), ";name[=value]" extensions with token or quoted values, CRLF
- * everywhere (a bare LF is an error), trailer fields up to the empty line. Bytes after the end of
- * the message are an error, as llhttp reads them as a response that no request asked for.
+ * everywhere (a bare LF is an error), trailer fields parsed as llhttp parses header fields, up to
+ * the empty line. After the end of the message CR and LF are skipped (as llhttp does) and any other
+ * byte is an error, as llhttp reads it as a response that no request asked for.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,11 +20,17 @@
 
 enum { MODE_LENGTH = 0, MODE_CHUNKED = 1, MODE_CLOSE = 2 };
 
+/* Chunked framing as llhttp's states name it (llhttp/src/llhttp/http.ts): the size line, its
+ * extensions, the data and its CRLF, then the trailer section, parsed as llhttp parses header
+ * fields, so that each input fails at the same byte with the same message on both paths. */
 enum {
-    CS_SIZE_START, CS_SIZE, CS_EXT_NAME, CS_EXT_VALUE_START, CS_EXT_VALUE, CS_EXT_QUOTED,
+    CS_SIZE_START, CS_SIZE, CS_EXT_START, CS_EXT_NAME, CS_EXT_VALUE, CS_EXT_QUOTED,
     CS_EXT_QUOTED_ESC, CS_EXT_AFTER_QUOTED, CS_SIZE_LF, CS_DATA, CS_DATA_CR, CS_DATA_LF,
-    CS_TRAILER_START, CS_TRAILER_LINE, CS_TRAILER_LF, CS_END_LF, CS_DONE
+    CS_FIELD_START, CS_FIELD_NAME, CS_VALUE_WS, CS_VALUE_WS_LF, CS_VALUE_LWS, CS_VALUE, CS_VALUE_LF,
+    CS_VALUE_FOLD, CS_END_LF, CS_DONE
 };
+
+#define NAME_KEPT 20  /* enough for the longest header name llhttp treats apart */
 
 typedef struct {
     PyObject_HEAD
@@ -38,6 +45,8 @@ typedef struct {
     int at_start;            /* no line returned yet: a leading UTF-8 BOM is dropped */
     int ended_mid_line;
     int complete;
+    char name[NAME_KEPT];    /* the trailer field name so far, lowercased (first NAME_KEPT bytes) */
+    Py_ssize_t name_len;
     PyObject *parse_error;   /* raised for broken framing (the Python path's HTTPParseError) */
     PyObject *line_error;    /* raised for a line over max_line (the Python path's BadBody) */
 } BodyReader;
@@ -47,11 +56,32 @@ static int is_tchar(unsigned char c) {
     return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
+/* qdtext of a quoted extension value: HTAB, SP, 0x21, 0x23-0x5B, 0x5D-0x7E, obs-text */
+static int is_qdtext(unsigned char c) {
+    return c == '\t' || c == ' ' || c == 0x21 || (c >= 0x23 && c <= 0x5b) || (c >= 0x5d && c <= 0x7e) || c >= 0x80;
+}
+
+/* what may follow a backslash in a quoted value, and the bytes of a header value: HTAB, SP, VCHAR, obs-text */
+static int is_vchar_ws(unsigned char c) {
+    return c == '\t' || (c >= 0x20 && c <= 0x7e) || c >= 0x80;
+}
+
 static int hexval(unsigned char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
+}
+
+/* The trailer field name is one llhttp gives a state of its own (its SPECIAL_HEADERS). */
+static int name_is(BodyReader *self, const char *lower) {
+    Py_ssize_t n = (Py_ssize_t)strlen(lower);
+    return self->name_len == n && memcmp(self->name, lower, (size_t)n) == 0;
+}
+
+static int name_is_special(BodyReader *self) {
+    return name_is(self, "connection") || name_is(self, "content-length") || name_is(self, "proxy-connection") ||
+           name_is(self, "transfer-encoding") || name_is(self, "upgrade");
 }
 
 static int buf_append(BodyReader *self, const char *p, Py_ssize_t n) {
@@ -80,7 +110,18 @@ static PyObject *fail(BodyReader *self, const char *msg) {
     return NULL;
 }
 
-/* De-frame one read's bytes into buf. */
+#define FAIL(msg) do { fail(self, msg); return -1; } while (0)
+
+/* Bytes after the end of a response: llhttp skips CR and LF there, and reads anything else as a
+ * response no request asked for. */
+static int after_the_end(BodyReader *self, const unsigned char *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] != '\r' && p[i] != '\n') FAIL("data after the end of the response");
+    return 0;
+}
+
+/* De-frame one read's bytes into buf. A state that llhttp leaves without consuming the byte
+ * ("peek" / "otherwise") sets the next state and `continue`s without i++. */
 static int feed_chunked(BodyReader *self, const unsigned char *p, Py_ssize_t n) {
     Py_ssize_t i = 0;
     while (i < n) {
@@ -88,69 +129,65 @@ static int feed_chunked(BodyReader *self, const unsigned char *p, Py_ssize_t n) 
         switch (self->cstate) {
         case CS_SIZE_START: {
             int h = hexval(c);
-            if (h < 0) { fail(self, "Invalid character in chunk size"); return -1; }
+            if (h < 0) FAIL("Invalid character in chunk size");
             self->remaining = (uint64_t)h;
             self->cstate = CS_SIZE;
-            i++;
             break;
         }
         case CS_SIZE: {
             int h = hexval(c);
             if (h >= 0) {
-                if (self->remaining > (UINT64_MAX >> 4)) { fail(self, "Chunk size overflow"); return -1; }
+                if (self->remaining > (UINT64_MAX >> 4)) FAIL("Chunk size overflow");
                 self->remaining = (self->remaining << 4) | (uint64_t)h;
             } else if (c == ';') {
-                self->cstate = CS_EXT_NAME;
+                self->cstate = CS_EXT_START;
             } else if (c == '\r') {
                 self->cstate = CS_SIZE_LF;
             } else if (c == '\n') {
-                fail(self, "Missing expected CR after chunk size"); return -1;
+                FAIL("Missing expected CR after chunk size");
             } else {
-                fail(self, "Invalid character in chunk size"); return -1;
+                FAIL("Invalid character in chunk size");
             }
-            i++;
             break;
         }
+        case CS_EXT_START:  /* after a ';': a name (possibly empty) follows */
+            if (c == ' ' || c == '\r') FAIL("Invalid character in chunk extensions");
+            self->cstate = CS_EXT_NAME;
+            continue;
         case CS_EXT_NAME:
-            if (c == ';') { /* another extension */ }
-            else if (c == '=') self->cstate = CS_EXT_VALUE_START;
+            if (is_tchar(c)) { /* the name goes on */ }
+            else if (c == '=') self->cstate = CS_EXT_VALUE;
+            else if (c == ';') self->cstate = CS_EXT_START;
             else if (c == '\r') self->cstate = CS_SIZE_LF;
-            else if (c == '\n') { fail(self, "Missing expected CR after chunk extension name"); return -1; }
-            else if (!is_tchar(c)) { fail(self, "Invalid character in chunk extensions name"); return -1; }
-            i++;
+            else if (c == '\n') FAIL("Missing expected CR after chunk extension name");
+            else FAIL("Invalid character in chunk extensions name");
             break;
-        case CS_EXT_VALUE_START:
+        case CS_EXT_VALUE:  /* a token, possibly empty; a '"' anywhere in it opens a quoted part */
             if (c == '"') self->cstate = CS_EXT_QUOTED;
-            else if (is_tchar(c)) self->cstate = CS_EXT_VALUE;
-            else { fail(self, "Invalid character in chunk extensions value"); return -1; }
-            i++;
-            break;
-        case CS_EXT_VALUE:
-            if (c == ';') self->cstate = CS_EXT_NAME;
+            else if (is_tchar(c)) { /* the value goes on */ }
+            else if (c == ';') self->cstate = CS_EXT_START;
             else if (c == '\r') self->cstate = CS_SIZE_LF;
-            else if (!is_tchar(c)) { fail(self, "Invalid character in chunk extensions value"); return -1; }
-            i++;
+            else if (c == '\n') FAIL("Missing expected CR after chunk extension value");
+            else FAIL("Invalid character in chunk extensions value");
             break;
         case CS_EXT_QUOTED:
             if (c == '"') self->cstate = CS_EXT_AFTER_QUOTED;
             else if (c == '\\') self->cstate = CS_EXT_QUOTED_ESC;
-            else if (c == '\r' || c == '\n') { fail(self, "Invalid character in chunk extensions quoted value"); return -1; }
-            i++;
+            else if (!is_qdtext(c)) FAIL("Invalid character in chunk extensions quoted value");
             break;
         case CS_EXT_QUOTED_ESC:
+            if (!is_vchar_ws(c)) FAIL("Invalid quoted-pair in chunk extensions quoted value");
             self->cstate = CS_EXT_QUOTED;
-            i++;
             break;
         case CS_EXT_AFTER_QUOTED:
-            if (c == ';') self->cstate = CS_EXT_NAME;
+            if (c == ';') self->cstate = CS_EXT_START;
             else if (c == '\r') self->cstate = CS_SIZE_LF;
-            else { fail(self, "Invalid character in chunk extensions quote value"); return -1; }
-            i++;
+            else if (c == '\n') FAIL("Missing expected CR after chunk extension value");
+            else FAIL("Invalid character in chunk extensions quote value");
             break;
         case CS_SIZE_LF:
-            if (c != '\n') { fail(self, "Missing expected LF after chunk size"); return -1; }
-            self->cstate = self->remaining ? CS_DATA : CS_TRAILER_START;
-            i++;
+            if (c != '\n') FAIL("Expected LF after chunk size");
+            self->cstate = self->remaining ? CS_DATA : CS_FIELD_START;
             break;
         case CS_DATA: {
             Py_ssize_t take = n - i;
@@ -159,44 +196,76 @@ static int feed_chunked(BodyReader *self, const unsigned char *p, Py_ssize_t n) 
             self->remaining -= (uint64_t)take;
             i += take;
             if (self->remaining == 0) self->cstate = CS_DATA_CR;
-            break;
+            continue;
         }
         case CS_DATA_CR:
-            if (c != '\r') { fail(self, "Missing expected CR after chunk data"); return -1; }
+            if (c == '\n') FAIL("Missing expected CR after chunk data");
+            if (c != '\r') FAIL("Expected LF after chunk data");
             self->cstate = CS_DATA_LF;
-            i++;
             break;
         case CS_DATA_LF:
-            if (c != '\n') { fail(self, "Expected LF after chunk data"); return -1; }
+            if (c != '\n') FAIL("Expected LF after chunk data");
             self->cstate = CS_SIZE_START;
-            i++;
             break;
-        case CS_TRAILER_START:
-            if (c == '\r') self->cstate = CS_END_LF;
-            else if (c == '\n') { fail(self, "Invalid header field char"); return -1; }
-            else self->cstate = CS_TRAILER_LINE;
-            i++;
+        /* The trailer section: header fields up to an empty line. */
+        case CS_FIELD_START:
+            if (c == '\r') { self->cstate = CS_END_LF; break; }
+            if (c == '\n') FAIL("Invalid header field char");
+            if (c == ':') FAIL("Invalid header token");
+            self->name_len = 0;
+            self->cstate = CS_FIELD_NAME;
+            continue;
+        case CS_FIELD_NAME:
+            if (is_tchar(c)) {
+                if (self->name_len < NAME_KEPT)
+                    self->name[self->name_len] = (char)((c >= 'A' && c <= 'Z') ? c + 32 : c);
+                self->name_len++;
+            } else if (c == ':') {
+                /* The head said Transfer-Encoding: a Content-Length beside it is an error. */
+                if (name_is(self, "content-length")) FAIL("Content-Length can't be present with Transfer-Encoding");
+                self->cstate = CS_VALUE_WS;
+            } else if (c == ' ' && name_is_special(self)) {
+                FAIL("Invalid header field char");
+            } else {
+                FAIL("Invalid header token");
+            }
             break;
-        case CS_TRAILER_LINE:
-            if (c == '\r') self->cstate = CS_TRAILER_LF;
-            else if (c == '\n') { fail(self, "Missing expected CR after header value"); return -1; }
-            i++;
+        case CS_VALUE_WS:  /* the whitespace before a value */
+            if (c == ' ' || c == '\t') break;
+            if (c == '\r') { self->cstate = CS_VALUE_WS_LF; break; }
+            if (c == '\n') FAIL("Invalid header value char");
+            self->cstate = CS_VALUE;
+            continue;
+        case CS_VALUE_WS_LF:  /* an empty value's CR */
+            if (c != '\n') FAIL("Expected LF after CR");
+            self->cstate = CS_VALUE_LWS;
             break;
-        case CS_TRAILER_LF:
-            if (c != '\n') { fail(self, "Missing expected LF after header value"); return -1; }
-            self->cstate = CS_TRAILER_START;
-            i++;
+        case CS_VALUE_LWS:  /* after an empty value's line: no folding */
+            if (c == ' ' || c == '\t') FAIL("Invalid header value char");
+            self->cstate = CS_FIELD_START;
+            continue;
+        case CS_VALUE:
+            if (c == '\r') self->cstate = CS_VALUE_LF;
+            else if (c == '\n') FAIL("Missing expected CR after header value");
+            else if (!is_vchar_ws(c)) FAIL("Invalid header value char");
             break;
+        case CS_VALUE_LF:
+            if (c != '\n') FAIL("Missing expected LF after header value");
+            self->cstate = CS_VALUE_FOLD;
+            break;
+        case CS_VALUE_FOLD:  /* after a value's line: no folding */
+            if (c == ' ' || c == '\t') FAIL("Unexpected whitespace after header value");
+            self->cstate = CS_FIELD_START;
+            continue;
         case CS_END_LF:
-            if (c != '\n') { fail(self, "Missing expected LF after headers"); return -1; }
+            if (c != '\n') FAIL("Expected LF after headers");
             self->cstate = CS_DONE;
             self->complete = 1;
-            i++;
             break;
         case CS_DONE:
-            fail(self, "data after the end of the response");
-            return -1;
+            return after_the_end(self, p + i, n - i);
         }
+        i++;
     }
     return 0;
 }
@@ -215,10 +284,8 @@ static PyObject *BodyReader_feed(BodyReader *self, PyObject *arg) {
         Py_RETURN_NONE;
     }
     if (self->complete) {
-        PyBuffer_Release(&view);
-        return fail(self, "data after the end of the response");
-    }
-    if (self->mode == MODE_CHUNKED) {
+        rc = after_the_end(self, p, n);
+    } else if (self->mode == MODE_CHUNKED) {
         rc = feed_chunked(self, p, n);
     } else if (self->mode == MODE_LENGTH) {
         Py_ssize_t take = n;
@@ -226,7 +293,7 @@ static PyObject *BodyReader_feed(BodyReader *self, PyObject *arg) {
         rc = buf_append(self, (const char *)p, take);
         self->remaining -= (uint64_t)take;
         if (rc == 0 && self->remaining == 0) self->complete = 1;
-        if (rc == 0 && take < n) { fail(self, "data after the end of the response"); rc = -1; }
+        if (rc == 0 && take < n) rc = after_the_end(self, p + take, n - take);
     } else {
         rc = buf_append(self, (const char *)p, n);
     }

@@ -126,6 +126,7 @@ class StampedResponse(HTTPResponse):
         self._compiled = compiled and _reader is not None
         self._body_reader = None
         self._head_tail = b""  # the last bytes of the head fed so far (its end may span reads)
+        self._interim = False  # a 1xx reply came before the final one
         self.head_bytes = b""  # the first bytes that came, up to HEAD_KEPT (what the server said)
         self._at_start = True  # no body line returned yet (a leading byte order mark is dropped)
         self._any_eol = False  # a lone CR was seen: lines end at CR, LF or CRLF from now on
@@ -186,6 +187,7 @@ class StampedResponse(HTTPResponse):
                 return
             if self.get_code() >= 200:
                 break
+            self._interim = True
         else:
             return  # the read ended with a 1xx reply's head: the final head is still to come
         self._compiled = False
@@ -209,6 +211,10 @@ class StampedResponse(HTTPResponse):
         code = self.get_code()
         if not 200 <= code < 300 or code == 204:
             return None
+        if self._interim:
+            # After a 1xx reply the parser keeps that reply's keep-alive answer until it sees the
+            # final one end, which it would not on the compiled path: the parser reads it all.
+            return None
         encoding = self.get("content-encoding")
         if encoding is not None and (not isinstance(encoding, str) or encoding.strip().lower() != "identity"):
             return None
@@ -228,6 +234,15 @@ class StampedResponse(HTTPResponse):
         r = self._body_reader
         r.feed(data)  # type: ignore[union-attr]
         self.message_complete = r.complete  # type: ignore[union-attr]
+
+    def _on_message_begin(self) -> None:
+        # After a final (2xx-5xx) response has ended, llhttp reads any further byte but CR/LF as a
+        # new response and geventhttpclient would start it on the same object, replacing the
+        # headers under the body already read. No request asked for it: fail as the compiled
+        # reader does (only a 1xx reply is followed by another on the same parser).
+        if self.message_complete and self.get_code() >= 200:
+            raise HTTPParseError("data after the end of the response")
+        super()._on_message_begin()
 
     def _on_headers_complete(self) -> int | bool | None:
         skip = super()._on_headers_complete()
