@@ -20,6 +20,7 @@ import gevent
 
 from analysis.records import RequestRecord
 from loadgen.config import Plan
+from loadgen.engine import http_reply
 from loadgen.engine.driver import Driver, global_schedule
 from loadgen.engine.health import SHIP_INTERVAL_S, GeneratorHealth
 from loadgen.engine.recorder import Recorder
@@ -223,6 +224,7 @@ class RuntimeBase:
             "cpu_s": round(time.process_time() - self._cpu_at_plan, 4),
             "wall_s": round(time.monotonic() - self._wall_at_plan, 4),
             "health": (self.health.state(max_age_s=0.0 if final else SHIP_INTERVAL_S) if self.health else {}),
+            "reader": http_reply.READER,  # which body reader streams its replies (run.json ``reader``)
         }
 
     def _worker_payload(self, final: bool = False) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from analysis.records import RUN_ABORTED, RUN_COMPLETE
 from analysis.slo import parse_slos
 from loadgen.config import RunConfig
 from loadgen.engine.driver import global_schedule
+from loadgen.engine.health import coalescing_counts
 from loadgen.engine.health import summarize as summarize_health
 from loadgen.engine.plan_stream import count_in_background
 from loadgen.engine.recorder import MetricsAggregate
@@ -28,7 +29,7 @@ from loadgen.runtime.accounting import Accounting, Share
 from loadgen.runtime.base import RuntimeBase, off_the_loop, tell_user
 from loadgen.runtime.locust_options import check_session_count, config_from_options
 from loadgen.runtime.results_writer import ResultsWriter
-from loadgen.runtime.run_record import generator_cpu, run_info
+from loadgen.runtime.run_record import generator_cpu, reader_used, run_info
 from loadgen.runtime.run_workload import config_workload
 from loadgen.runtime.stop_request import take_sigterm
 from loadgen.runtime.verdict import EXIT_INCOMPLETE, EXIT_USAGE, Verdict, decide_verdict
@@ -201,7 +202,10 @@ class Collector(RuntimeBase):
         self._start_load(t0_unix_s)
         if self.accounting is not None:
             self.writer.update_run(accounting=self.accounting.as_dict())
-        self.progress = ProgressLine(cfg, t0_unix_s, self.aggregate, self._in_flight_summary)
+        self.progress = ProgressLine(
+            cfg, t0_unix_s, self.aggregate, self._in_flight_summary,
+            coalescing=lambda: coalescing_counts(self._worker_states()),
+        )  # fmt: skip
         self._greenlets.append(gevent.spawn(self._flush_loop))
         if cfg.duration_s is not None:
             self._greenlets.append(gevent.spawn(self._stop_after, cfg.duration_s))
@@ -300,6 +304,7 @@ class Collector(RuntimeBase):
             sessions_in_flight=sessions,
             requests_in_flight=requests,
             workers=self._worker_counts(),
+            coalescing=coalescing_counts(self._worker_states()),
         )
 
     def _on_test_stopping(self, environment: Any, **_: Any) -> None:
@@ -360,6 +365,7 @@ class Collector(RuntimeBase):
             abort_reason=self._abort_reason,
             generator=self._generator_cpu(),
             accounting=accounting,
+            **reader_used(self._worker_states()),
         )
         if self.progress is not None:
             self.progress.finish()

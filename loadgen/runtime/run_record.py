@@ -1,4 +1,5 @@
-"""What ``run.json`` says about a run: config, workload, target and its identity, the generator.
+"""What ``run.json`` says about a run: config, workload, target and its identity, the generator
+and the body reader it streamed with.
 
 Pure functions of the run's config (and the target information ``loadgen run`` hands over), so the
 runtime only decides *when* to write them.
@@ -108,3 +109,15 @@ def generator_cpu(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
         workers[wid] = {"cpu_s": cpu, "wall_s": wall, "cpu_share": round(cpu / wall, 4)}
     shares = [w["cpu_share"] for w in workers.values()]
     return {"workers": workers, "max_cpu_share": max(shares) if shares else None}
+
+
+def reader_used(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """run.json ``reader``: the body reader every worker streamed replies with ("compiled" or
+    "python", each worker's ``http_reply.READER`` in its reported state); "mixed", with
+    ``reader_by_worker``, when they differ (a host without a C compiler, or LOADGEN_READER=python
+    on some hosts); null when no worker reported."""
+    by_worker = {wid: st["reader"] for wid, st in states.items() if st.get("reader")}
+    kinds = set(by_worker.values())
+    if len(kinds) > 1:
+        return {"reader": "mixed", "reader_by_worker": dict(sorted(by_worker.items()))}
+    return {"reader": kinds.pop() if kinds else None}
