@@ -30,6 +30,9 @@ class RunSnapshot:
     # Workers by state (active, lost, standby) on a master; {"active": 1} for a local run. A lost
     # worker that came back and was merged again counts as active.
     workers: dict[str, int] = field(default_factory=dict)
+    # (coalesced, token chunks) from the workers' own counts, as the final verdict reads them
+    # (``engine.health.coalescing_counts``); None where no worker has reported them.
+    coalescing: tuple[int, int] | None = None
 
 
 SnapshotSource = Callable[[], RunSnapshot]

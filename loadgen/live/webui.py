@@ -1,7 +1,12 @@
 """The "LLM" tabs in Locust's web UI and a chart page of live percentiles.
 
 * Tabs through ``web_ui.template_args`` (``extended_tabs``, ``extended_tables``) with rows injected
-  into ``/stats/requests`` (``extended_stats``), the mechanism Locust offers for this.
+  into ``/stats/requests`` (``extended_stats``), the mechanism Locust offers for this. The "LLM"
+  tab is the matrix: TTFT, TTFOT, TPOT, ITL, E2E and schedule lag (the registry's live view, in
+  its order) x turn class x p50/p90/p95/p99/p99.9, in ms with thousands separators. Locust's
+  tables sort their rows by a ``name`` field by default: the rows have none, so they keep this
+  order. The "LLM verdict" tab: the verdict so far (``verdict_so_far``: SLOs passing or failing,
+  the generator's health), then throughput, sessions and requests, errors by category, goodput.
 * ``/loadgen/charts``: p50/p95/p99 over time per metric (inline SVG, refreshed by the browser),
   built from the interval histograms the master already merges.
 * ``/loadgen/live.json``: the same numbers as JSON.
@@ -21,11 +26,28 @@ import orjson
 from analysis.hdr import percentile_values
 from analysis.metric_registry import LIVE, metrics_for
 from analysis.metric_registry import TURN_CLASSES as REGISTRY_TURN_CLASSES
+from analysis.metric_registry import metric as registered_metric
 from loadgen.live.snapshot import SnapshotSource
+from loadgen.live.verdict_so_far import verdict_so_far
 
 LIVE_METRICS = metrics_for(LIVE)
 TURN_CLASSES = (None, *REGISTRY_TURN_CLASSES)  # None: all turns
-LIVE_PERCENTILES = (50.0, 95.0, 99.0)  # through analysis.hdr.percentile_values, as every command's
+LIVE_PERCENTILES = (50.0, 95.0, 99.0)  # the charts' lines, through analysis.hdr.percentile_values
+TAB_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)  # the LLM tab's columns
+
+
+def _pct_key(p: float) -> str:
+    """``p99_9_ms`` for 99.9: a JSON key (and a column key of Locust's table) per percentile."""
+    return "p" + f"{p:g}".replace(".", "_") + "_ms"
+
+
+def _fmt_ms(value_ms: float | None) -> str:
+    """1234.5 -> "1,234.50"; None -> an en dash (no values yet)."""
+    return "\u2013" if value_ms is None else f"{value_ms:,.2f}"
+
+
+def _fmt_count(n: float) -> str:
+    return f"{n:,}" if isinstance(n, int) else f"{n:,.1f}"
 HISTORY_POINTS = 720  # 12 minutes at one point a second; older points are thinned
 
 
@@ -67,47 +89,56 @@ class LiveView:
             return self._cache[1]
         snap = self._snapshot()
         agg = snap.aggregate
-        rows = []
-        for metric in LIVE_METRICS:
+        rows = []  # numbers, for live.json's readers
+        matrix = []  # the same as text, for the tab
+        for name in LIVE_METRICS:
+            m = registered_metric(name)
+            if m.optional and not agg.combined(name).get_total_count():
+                continue  # e.g. TTFOT without a reasoning model: no rows rather than empty ones
             for tc in TURN_CLASSES:
-                h = agg.combined(metric, tc)
+                h = agg.combined(name, tc)
                 n = h.get_total_count()
-                p50, p95, p99 = percentile_values(h, LIVE_PERCENTILES)
-                rows.append(
-                    {
-                        "name": metric,
-                        "turn_class": tc or "all",
-                        "count": n,
-                        "p50_ms": _ms(p50) if n else None,
-                        "p95_ms": _ms(p95) if n else None,
-                        "p99_ms": _ms(p99) if n else None,
-                    }
-                )
+                values = percentile_values(h, TAB_PERCENTILES)
+                row: dict[str, Any] = {"name": name, "turn_class": tc or "all", "count": n}
+                row.update({_pct_key(p): _ms(v) if n else None for p, v in zip(TAB_PERCENTILES, values, strict=True)})
+                rows.append(row)
+                cells = {"metric": m.title, "turns": tc or "all", "count": _fmt_count(n)}
+                cells.update({_pct_key(p): _fmt_ms(row[_pct_key(p)]) for p in TAB_PERCENTILES})
+                matrix.append(cells)
         t0 = snap.t0_unix_s
         # A finished run's clock stops at its end, so its rates stay what they were.
         end = snap.t_end_unix_s or time.time()
         elapsed = max(0.0, end - t0) if t0 else 0.0
         window = end - max(t0, self._reset_unix_s) if t0 else 0.0
-        run = [
+        cfg = snap.config
+        verdict = verdict_so_far(
+            agg, cfg.slos if cfg else [], cfg.max_schedule_lag_us if cfg else 10_000, snap.coalescing
+        )
+        run: list[tuple[str, Any]] = [("verdict so far", verdict.text)]
+        run += [(f"SLO {c.slo}", c.text()) for c in verdict.slos]
+        run.append(("generator", verdict.generator.text()))
+        run += [
             ("run", snap.config.run_id if snap.config else "-"),
             ("mode", snap.config.mode if snap.config else "-"),
             ("elapsed", f"{elapsed:.1f}s"),
             ("sessions started", snap.sessions_started),
             ("sessions in flight", snap.sessions_in_flight),
             ("requests on the wire", snap.requests_in_flight),
-            ("requests done", agg.requests),
-            ("requests/s", _per_s(agg.requests, window)),
-            ("output tokens/s", _per_s(agg.output_tokens, window)),
-            ("input tokens/s", _per_s(agg.prompt_tokens, window)),
-            ("errors", sum(agg.errors.values())),
+            ("requests done", _fmt_count(agg.requests)),
+            ("requests/s", _fmt_count(_per_s(agg.requests, window))),
+            ("output tokens/s", _fmt_count(_per_s(agg.output_tokens, window))),
+            ("input tokens/s", _fmt_count(_per_s(agg.prompt_tokens, window))),
+            ("errors", _fmt_count(sum(agg.errors.values()))),
         ]
-        run += [(f"errors: {k}", v) for k, v in sorted(agg.errors.items())]
+        run += [(f"errors: {k}", _fmt_count(v)) for k, v in sorted(agg.errors.items())]
         if agg.slo_total:
             # Per-request SLOs (--slo ttft=1s,...): goodput is the rate of requests meeting all.
             run.append(("SLO attainment", f"{100.0 * agg.slo_met / agg.slo_total:.1f}%"))
-            run.append(("goodput (req/s)", _per_s(agg.slo_met, window)))
+            run.append(("goodput (req/s)", _fmt_count(_per_s(agg.slo_met, window))))
         data = {
             "percentiles": rows,
+            "matrix": matrix,
+            "verdict": {"state": verdict.state, "exit_code": verdict.exit_code, "text": verdict.text},
             "run": [{"key": k, "value": str(v)} for k, v in run],
         }
         self._cache = (now, data)
@@ -135,21 +166,19 @@ def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | Non
     view = LiveView(snapshot)
     web_ui.template_args["extended_tabs"] = [
         {"title": "LLM", "key": "llm"},
-        {"title": "LLM run", "key": "llm-run"},
+        {"title": "LLM verdict", "key": "llm-run"},
     ]
     web_ui.template_args["extended_tables"] = [
         {
             "key": "llm",
             "structure": [
-                {"key": "name", "title": "Metric"},
-                {"key": "turn_class", "title": "Turns"},
+                {"key": "metric", "title": "Metric"},
+                {"key": "turns", "title": "Turns"},
                 {"key": "count", "title": "Count"},
-                {"key": "p50_ms", "title": "p50 (ms)"},
-                {"key": "p95_ms", "title": "p95 (ms)"},
-                {"key": "p99_ms", "title": "p99 (ms)"},
+                *({"key": _pct_key(p), "title": f"p{p:g} (ms)"} for p in TAB_PERCENTILES),
             ],
         },
-        {"key": "llm-run", "structure": [{"key": "key", "title": "Run"}, {"key": "value", "title": "Value"}]},
+        {"key": "llm-run", "structure": [{"key": "key", "title": "Run so far"}, {"key": "value", "title": "Value"}]},
     ]
     web_ui.template_args["extended_csv_files"] = [{"href": "/loadgen/charts", "title": "LLM percentile charts (loadgen)"}]
 
@@ -160,7 +189,7 @@ def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | Non
         snap = view.snapshot()
         body = orjson.loads(response.get_data())
         body["extended_stats"] = [
-            {"key": "llm", "data": snap["percentiles"]},
+            {"key": "llm", "data": snap["matrix"]},
             {"key": "llm-run", "data": snap["run"]},
         ]
         response.set_data(orjson.dumps(body))
