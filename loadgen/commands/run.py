@@ -47,6 +47,8 @@ def validate(opts: RunOptions) -> None:
     if opts.expect_model:
         opts.expect = {**opts.expect, "model": opts.expect_model}
     check_each(opts)
+    if opts.autostart and not opts.web:
+        raise UserError("--autostart starts a --web run at once; without --web a run always starts at once")
     from loadgen.runtime.run_workload import load_workload_named, parse_options_flag
 
     workload = load_workload_named(
@@ -286,7 +288,7 @@ def process_args(opts: RunOptions) -> list[str]:
     if opts.web or (opts.master and not opts.headless):
         host = opts.bind if opts.master else opts.web_host
         argv += ["--web-host", host, "--web-port", str(opts.web_port)]
-        if not opts.master:
+        if not opts.master and opts.autostart:
             argv += ["--autostart"]
     else:
         argv += ["--headless"]
@@ -362,6 +364,13 @@ def run(opts: RunOptions) -> int:
             power = power_scrape.start(opts, info)  # GPU power each second while the load runs
             argv = locust_args(opts, url, info_path) + process_args(opts)
             argv += opts.extra_locust_args
+            if opts.web:
+                start = "the run starts now" if opts.autostart else "start each run from its form"
+                print(
+                    f"loadgen: web UI at http://{opts.web_host}:{opts.web_port} ({start}; each run's verdict and "
+                    "report appear there when it ends; Ctrl-C ends the process, its exit code the last run's verdict)",
+                    file=sys.stderr, flush=True,
+                )  # fmt: skip
             code = run_locust(argv, master=True, env=env)
         finally:
             os.unlink(info_path)

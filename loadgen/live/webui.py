@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -48,6 +49,7 @@ def _fmt_ms(value_ms: float | None) -> str:
 
 def _fmt_count(n: float) -> str:
     return f"{n:,}" if isinstance(n, int) else f"{n:,.1f}"
+REPORT_ROUTE = "/loadgen/report"  # a finished run's report.html: /loadgen/report/<run id>, or the last
 HISTORY_POINTS = 720  # 12 minutes at one point a second; older points are thinned
 
 
@@ -67,6 +69,21 @@ class LiveView:
         self._cache: tuple[float, dict[str, Any]] | None = None
         self.history: list[dict[str, Any]] = []
         self._reset_unix_s = 0.0  # rates count from the run's start or the last reset, if later
+        # Finished runs of this process: run id -> (verdict line, exit code, report.html or None).
+        self.finished: dict[str, tuple[str, int, Path | None]] = {}
+        self.last_finished: str | None = None
+
+    def run_ended(self, run_id: str, verdict_line: str, exit_code: int, report: Path | None) -> None:
+        """A run reached its end: its verdict and report replace the verdict so far."""
+        self.finished[run_id] = (verdict_line, exit_code, report)
+        self.last_finished = run_id
+        self.invalidate()
+
+    def report_of(self, run_id: str | None) -> Path | None:
+        """The report.html of a finished run of this process (the last one for None); never a path
+        from the request itself."""
+        entry = self.finished.get(run_id or self.last_finished or "")
+        return entry[2] if entry is not None else None
 
     def invalidate(self) -> None:
         """Recompute at the next request: the run started or ended, or the numbers were reset."""
@@ -114,7 +131,13 @@ class LiveView:
         verdict = verdict_so_far(
             agg, cfg.slos if cfg else [], cfg.max_schedule_lag_us if cfg else 10_000, snap.coalescing
         )
-        run: list[tuple[str, Any]] = [("verdict so far", verdict.text)]
+        ended = self.finished.get(cfg.run_id) if cfg is not None and snap.t_end_unix_s else None
+        if ended is not None:
+            line, _code, report = ended
+            run: list[tuple[str, Any]] = [("verdict", line.removeprefix("loadgen verdict: "))]
+            run.append(("report", f"{REPORT_ROUTE}/{cfg.run_id}" if report is not None else "not written (see the log)"))
+        else:
+            run = [("verdict so far", verdict.text)]
         run += [(f"SLO {c.slo}", c.text()) for c in verdict.slos]
         run.append(("generator", verdict.generator.text()))
         run += [
@@ -139,6 +162,8 @@ class LiveView:
             "percentiles": rows,
             "matrix": matrix,
             "verdict": {"state": verdict.state, "exit_code": verdict.exit_code, "text": verdict.text},
+            "final": None if ended is None else {"verdict": ended[0], "exit_code": ended[1],
+                                                 "report": f"{REPORT_ROUTE}/{cfg.run_id}" if ended[2] else None},
             "run": [{"key": k, "value": str(v)} for k, v in run],
         }
         self._cache = (now, data)
@@ -180,7 +205,10 @@ def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | Non
         },
         {"key": "llm-run", "structure": [{"key": "key", "title": "Run so far"}, {"key": "value", "title": "Value"}]},
     ]
-    web_ui.template_args["extended_csv_files"] = [{"href": "/loadgen/charts", "title": "LLM percentile charts (loadgen)"}]
+    web_ui.template_args["extended_csv_files"] = [
+        {"href": "/loadgen/charts", "title": "LLM percentile charts (loadgen)"},
+        {"href": REPORT_ROUTE, "title": "The last finished run's report (loadgen, HTML)"},
+    ]
 
     @web_ui.app.after_request
     def _extend_stats(response: Any) -> Any:
@@ -199,6 +227,15 @@ def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | Non
     @web_ui.auth_required_if_enabled
     def _live_json() -> Any:
         return Response(orjson.dumps({**view.snapshot(), "history": view.history}), mimetype="application/json")
+
+    @web_ui.app.route(REPORT_ROUTE)
+    @web_ui.app.route(f"{REPORT_ROUTE}/<run_id>")
+    @web_ui.auth_required_if_enabled
+    def _report(run_id: str | None = None) -> Any:
+        path = view.report_of(run_id)
+        if path is None or not path.is_file():
+            return Response("no finished run of this process has that report yet\n", status=404, mimetype="text/plain")
+        return Response(path.read_bytes(), mimetype="text/html")
 
     @web_ui.app.route("/loadgen/charts")
     @web_ui.auth_required_if_enabled

@@ -384,12 +384,28 @@ class Collector(RuntimeBase):
             # A usage error found during the run (a bad row of a streamed trace) stays the verdict.
             fatal = self.verdict if self.verdict is not None and self.verdict.exit_code == EXIT_USAGE else None
             self.verdict = fatal or decide_verdict(run_dir, self.config, self.env)
+            if self.live_view is not None:
+                # In the web UI the run's end is its end: its report at once, shown with the verdict.
+                report = self._write_report(run_dir)
+                self.live_view.run_ended(self.config.run_id, self.verdict.line, self.verdict.exit_code, report)
+                print(self.verdict.line + (f"\nreport: {report}" if report else ""), file=sys.stderr, flush=True)
         if self.endpoint is not None:
             try:
                 self.endpoint.run_ended(run_dir)
             except OSError as e:
                 log.error("cannot write the final metrics snapshot in %s: %s", run_dir, e)
         self._after_results_closed()
+
+    def _write_report(self, run_dir: Path) -> Path | None:
+        """report.html of a finished run (off the loop: its charts take a moment); None if it fails,
+        which the log says (the results stay, and ``loadgen report`` can write it later)."""
+        from analysis.report import write_report
+
+        try:
+            return off_the_loop(write_report, run_dir)
+        except Exception as e:  # a report bug must not take the verdict or the next run with it
+            log.error("cannot write the report of %s (%s); 'loadgen report %s --html' retries", run_dir, e, run_dir)
+            return None
 
     def _fill_fingerprint(self, workload: Any) -> None:
         """A streamed trace's fingerprint hashes its bytes: in a thread, while the run goes on,

@@ -298,7 +298,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     _opt("--prometheus-linger", DURATION, "0s", "Keep /metrics up this long after the run ends, for a last scrape.", unit="s", commands=frozenset({RUN, MASTER}), web_form=False),
     # Processes
     _opt("--workers", INT, 1, "Local worker processes.", minimum=1, commands=frozenset({RUN, SWEEP}), locust_flag=None),
-    _opt("--web", FLAG, False, "Open Locust's web UI (with the LLM tab) instead of running headless.", commands=frozenset({RUN}), locust_flag=None),
+    _opt("--web", FLAG, False, "Open Locust's web UI (with the LLM tabs) instead of running headless; start each run from its form.", commands=frozenset({RUN}), locust_flag=None),
+    _opt("--autostart", FLAG, False, "With --web: start the run at once instead of waiting for the form's start button.", commands=frozenset({RUN}), locust_flag=None),
     _opt("--expect-workers", INT, 1, "Start when this many workers joined.", minimum=1, commands=frozenset({MASTER}), locust_flag=None, required=True),
     _opt("--bind", TEXT, "127.0.0.1", "Address for workers and the web UI (0.0.0.0 for remote workers).", commands=frozenset({MASTER}), locust_flag=None),
     _opt("--master-port", INT, 5557, "Port of the master's channel to its workers (the master binds it, a worker connects to it).", check=_port, commands=frozenset({MASTER, WORKER}), locust_flag=None),

@@ -96,7 +96,7 @@ def hostile_run(tmp_path_factory):
         "--max-schedule-lag", "60s",
     ]  # fmt: skip
     web_port = free_port()
-    cmd += ["--web", "--web-port", str(web_port)]  # the web UI stays up after the run: pages read then
+    cmd += ["--web", "--autostart", "--web-port", str(web_port)]  # the web UI stays up after the run: pages read then
     seen: dict = {"cmdlines": set(), "listening": set()}
     stop = threading.Event()
     t0 = time.monotonic()

@@ -171,6 +171,8 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             assert ttft.get_total_count() == n_ok
             p50_ms = round(ttft.get_value_at_percentile(50) / 1000.0, 2)
 
+            # run.json is complete a moment before the verdict and the report are.
+            _wait_for(lambda: ui.get(f"{base}/loadgen/live.json", timeout=5).json()["final"], 30, "the verdict")
             live = ui.get(f"{base}/loadgen/live.json", timeout=5).json()
             assert _llm_rows(live)[("ttft", "all")]["count"] == n_ok
             # The run is over: its elapsed time and rates stay put.
@@ -180,6 +182,11 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             assert again["elapsed"] == run_tab["elapsed"] and again["requests/s"] == run_tab["requests/s"]
             # Every request met the per-request SLO (ttft <= 10 s): goodput is the request rate.
             assert run_tab["requests done"] == f"{len(recs):,}" and n_ok == len(recs)
+            # Ended: the run's own verdict and its report replace the verdict so far.
+            assert run_tab["report"] == "/loadgen/report/ui" and live["final"]["report"] == "/loadgen/report/ui"
+            assert run_tab["verdict"] == live["final"]["verdict"].removeprefix("loadgen verdict: ")
+            report = ui.get(f"{base}/loadgen/report/ui", timeout=10)
+            assert report.status_code == 200 and report.content == (run_dir / "report.html").read_bytes()
             if live["verdict"]["state"] == "passing":
                 assert live["verdict"] == {"state": "passing", "exit_code": 0, "text": f"passing so far: {len(recs):,} requests, no failures"}
             else:
@@ -212,6 +219,8 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
                 f"--screenshot={artifacts_dir / 'webui-llm-verdict-tab.png'}", login + "/%3Ftab%3Dllm-run",
             )  # fmt: skip
             assert (artifacts_dir / "webui-llm-verdict-tab.png").stat().st_size > 10_000
+            ended = {c[0]: c[1] for c in _rows(_browser(chromium, "--virtual-time-budget=4000", "--dump-dom", login + "/%3Ftab%3Dllm-run")) if len(c) == 2}
+            assert ended["report"] == "/loadgen/report/ui" and ended["verdict"] == run_tab["verdict"], ended
 
             # The chart page: one SVG per metric, with p50/p95/p99 lines over the run's intervals.
             charts = _browser(chromium, "--virtual-time-budget=3000", "--dump-dom", login + "/loadgen/charts")
