@@ -16,11 +16,11 @@ the peer closing mid-body (llhttp's "Incomplete response."), and bytes after the
 whose connection is not kept alive (llhttp's "Data after `Connection: close`"; the compiled
 reader does not see the head, and says "data after the end of the response" for every reply).
 
-One difference is known and let through (``KNOWN``): a ``Connection`` field in the trailer
-section (``Connection: close`` after the last chunk) makes llhttp's keep-alive answer false,
-while the compiled path takes the keep-alive answer from the head alone, so that connection is
-reused. No streaming server sends connection options as a trailer; reading them would need the
-reader to report them to ``StampedResponse.keep_alive``.
+One difference is known and let through (``KNOWN``): a ``Connection`` or ``Transfer-Encoding``
+field in the trailer section (``Connection: close`` after the last chunk, or a coding other than
+chunked) changes llhttp's keep-alive answer, while the compiled path takes the keep-alive answer
+from the head alone. No streaming server sends connection options or codings as trailers;
+reading them would need the reader to report them to ``StampedResponse.keep_alive``.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ _SAME_END = {
     ("Data after `Connection: close`", AFTER_THE_END),
 }
 
-KNOWN = "keep-alive after a Connection trailer field"
+KNOWN = "keep-alive after a Connection or Transfer-Encoding trailer field"
+_KEEP_ALIVE_TRAILERS = (b"connection", b"transfer-encoding")
 
 
 def _same_end(py: tuple, c: tuple) -> bool:
@@ -85,12 +86,12 @@ def _same_end(py: tuple, c: tuple) -> bool:
 
 
 def _known(pieces: list[bytes], py: tuple, c: tuple) -> bool:
-    """The one known difference: keep-alive after a trailer field named Connection."""
-    if py[1] != ("complete", False) or c[1] != ("complete", True):
+    """The one known difference: keep-alive after a Connection or Transfer-Encoding trailer."""
+    if py[1][0] != "complete" or c[1][0] != "complete":
         return False
     reply = b"".join(pieces)
-    body = reply[reply.find(b"\r\n\r\n") + 4 :]
-    return b"connection" in body.lower()
+    body = reply[reply.find(b"\r\n\r\n") + 4 :].lower()
+    return any(name in body for name in _KEEP_ALIVE_TRAILERS)
 
 
 def difference(pieces: list[bytes], max_line: int) -> str | None:
