@@ -101,6 +101,7 @@ SEEDS: dict[str, bytes] = {
     # the known difference (tests/fuzz/reader_oracle.py, KNOWN): keep-alive after a Connection trailer
     "known_trailer_connection_close": CHUNKED + chunks(SSE, trailer=b"Connection: close\r\n"),
     "known_trailer_transfer_encoding": CHUNKED + b"0\r\nTransfer-Encoding: gzip\r\n\r\n",
+    "known_trailer_transfer_encoding_cut": CHUNKED + b"0\r\nTransfer-Encoding: gzip\r\nns",
     "trailer_content_length": CHUNKED + chunks(SSE, trailer=b"Content-Length: 5\r\n"),
     "trailer_special_name_space": CHUNKED + b"0\r\nUpgrade :x\r\n\r\n",
     "trailer_fold": CHUNKED + b"0\r\nX: a\r\n b\r\n\r\n",

@@ -18,9 +18,10 @@ reader does not see the head, and says "data after the end of the response" for 
 
 One difference is known and let through (``KNOWN``): a ``Connection`` or ``Transfer-Encoding``
 field in the trailer section (``Connection: close`` after the last chunk, or a coding other than
-chunked) changes llhttp's keep-alive answer, while the compiled path takes the keep-alive answer
-from the head alone. No streaming server sends connection options or codings as trailers;
-reading them would need the reader to report them to ``StampedResponse.keep_alive``.
+chunked) changes llhttp's keep-alive answer (and, for a body cut after it, its message: "Invalid
+EOF state"), while the compiled path takes the keep-alive answer from the head alone. No
+streaming server sends connection options or codings as trailers; reading them would need the
+reader to report them to ``StampedResponse.keep_alive``.
 """
 
 from __future__ import annotations
@@ -86,12 +87,13 @@ def _same_end(py: tuple, c: tuple) -> bool:
 
 
 def _known(pieces: list[bytes], py: tuple, c: tuple) -> bool:
-    """The one known difference: keep-alive after a Connection or Transfer-Encoding trailer."""
-    if py[1][0] != "complete" or c[1][0] != "complete":
+    """The one known difference: after a Connection or Transfer-Encoding trailer field, the same
+    kind of end with another keep-alive answer or, cut there, another message."""
+    if py[1][0] != c[1][0] or py[1][0] not in ("complete", "stream_cut"):
         return False
     reply = b"".join(pieces)
-    body = reply[reply.find(b"\r\n\r\n") + 4 :].lower()
-    return any(name in body for name in _KEEP_ALIVE_TRAILERS)
+    trailers = reply[reply.rfind(b"\n0") :].lower()  # from the last chunk-size line of 0 on
+    return any(name in trailers for name in _KEEP_ALIVE_TRAILERS)
 
 
 def difference(pieces: list[bytes], max_line: int) -> str | None:
