@@ -1,5 +1,5 @@
-"""The compiled body reader (loadgen/engine/_reader.c), built by ``pip install`` with the system's
-C compiler. Where there is none, or it fails, the install goes on without it and says so in one
+"""The compiled body reader (loadgen/engine/_reader.c) and chat chunk path (loadgen/engine/_chat.c),
+built by ``pip install`` with the system's C compiler. Where there is none, or it fails, the install goes on without it and says so in one
 line: the worker then reads replies on the Python path (loadgen/engine/http_reply.py), which is
 the reference the compiled one is tested against. The project's metadata is in pyproject.toml.
 """
@@ -40,7 +40,14 @@ setup(
             sources=["loadgen/engine/_reader.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
-        )
+        ),
+        # An OpenAI chat stream's chunk lines, parsed and applied to the stream's state in C.
+        Extension(
+            "loadgen.engine._chat",
+            sources=["loadgen/engine/_chat.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -80,6 +80,7 @@ import select
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -123,7 +124,7 @@ from loadgen.engine.outcome import (
     fail,
     output_tokens,
 )
-from loadgen.engine.sse_state import StreamState
+from loadgen.engine.sse_state import StreamState, stream_take
 
 __all__ = [
     "BAD_CHUNK",
@@ -416,12 +417,13 @@ class SessionConnection:
 
     def _read_stream(self, resp: StampedResponse, adapter: Adapter, res: StreamResult) -> None:
         st = StreamState(adapter.new_stream().parse_line, res, getattr(self._recv_delays, "chunks", None))
+        take = stream_take(st)
         chunk_ns = res.chunk_ns
         res.streamed = True
         self._phase = "streaming"
         try:
             if self._reader is not None:
-                self._follow(resp, st, self._reader)
+                self._follow(resp, st, take, self._reader)
             else:
                 read_lines = resp.read_lines
                 delays = self._recv_delays
@@ -433,7 +435,7 @@ class SessionConnection:
                     t_recv_ns = resp.t_recv_ns
                     if delays is not None:
                         delays.append(_perf_ns() - t_recv_ns)
-                    if st.take(lines, t_recv_ns):
+                    if take(lines, t_recv_ns):
                         break
         except BadChunk as e:
             self.close()
@@ -482,7 +484,9 @@ class SessionConnection:
         t_done = _perf_ns()
         res.t_end_ns = _perf_ns() if self._drain(resp) else t_done
 
-    def _follow(self, resp: StampedResponse, st: StreamState, reader: StreamReader) -> None:
+    def _follow(
+        self, resp: StampedResponse, st: StreamState, take: Callable[[list[bytes], int], bool], reader: StreamReader
+    ) -> None:
         """The body's lines through the worker's ``StreamReader`` (``loadgen.engine.stream_reader``):
         what came with the head first, then every read in the reader's greenlet."""
         delays = self._recv_delays
@@ -492,10 +496,9 @@ class SessionConnection:
                 return
             if delays is not None:
                 delays.append(_perf_ns() - resp.t_recv_ns)
-            if st.take(lines, resp.t_recv_ns):
+            if take(lines, resp.t_recv_ns):
                 return
         take_lines = resp.take_lines
-        take = st.take
         feed_body = resp.feed_body
 
         def consume(data: bytes, anc: list) -> bool:

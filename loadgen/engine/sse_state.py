@@ -16,7 +16,13 @@ from targets.adapters.base import BadChunk, StreamEvent, Usage
 if TYPE_CHECKING:
     from loadgen.engine.health import ChunkCounts
 
+from loadgen.engine.http_reply import READER
 from loadgen.engine.outcome import StreamResult
+
+try:  # the compiled chat chunk path (loadgen/engine/_chat.c), built with the compiled reader
+    from loadgen.engine import _chat
+except ImportError:
+    _chat = None
 
 
 class StreamState:
@@ -162,3 +168,14 @@ def _data_value(line: bytes) -> bytes:
     if value.endswith(b"\r"):
         value = value[:-1]
     return value[1:] if value.startswith(b" ") else value
+
+
+def stream_take(st: StreamState) -> Callable[[list[bytes], int], bool]:
+    """``st.take``, or its compiled twin where one applies: an OpenAI chat stream (its adapter's
+    own stream class, not a subclass) read by the compiled reader. ``_chat.ChatTaker.take``
+    applies the chunk lines in their plain shapes in C, to the same state, and hands the first
+    other line, with the rest, to ``st.take`` (loadgen/engine/_chat.c)."""
+    stream = getattr(st.parse, "__self__", None)
+    if _chat is not None and READER == "compiled" and type(stream).__dict__.get("COMPILED_PATH") == "openai-chat":
+        return _chat.ChatTaker(st, stream).take
+    return st.take

@@ -219,6 +219,9 @@ class _OpenAIStream:
 
 class _ChatStream(_OpenAIStream):
     __slots__ = ("keep_reasoning",)
+    # loadgen/engine/_chat.c applies this class's parse_line, in C, to the lines in their plain
+    # shapes (and hands it the rest); a subclass that changes parse_line must not inherit this.
+    COMPILED_PATH = "openai-chat"
 
     def __init__(self, keep_reasoning: bool = False) -> None:
         super().__init__()

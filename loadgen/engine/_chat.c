@@ -1,0 +1,537 @@
+/* The compiled fast path of an OpenAI chat stream's lines: StreamState.take for the chunks nearly
+ * every line is, without building a dict, an event or a method call per chunk.
+ *
+ * The reference is the Python path: loadgen/engine/sse_state.py (StreamState.take) with
+ * targets/adapters/openai.py (_ChatStream.parse_line). ChatTaker.take(lines, t_recv_ns) applies
+ * each line it fully understands to the same StreamState the Python path fills (its chunk times
+ * and token counts, its text parts, reasoning tokens, first answer token, the stream's token
+ * count and the worker's chunk counts), and hands the first line it does not, with every line
+ * after it, to StreamState.take: so every error, message and rare shape is the Python path's own.
+ *
+ * A line is understood when it is "data: [DONE]" or an empty line, or "data: {" and a JSON object
+ * this file validates completely (strict RFC 8259, UTF-8 checked, no \u escape, no number of
+ * more than 15 digits or with an exponent over 2 digits, nesting up to 32: the rest goes to
+ * orjson on the Python path) whose fields a chat chunk uses are in their plain shapes: no
+ * "error", "usage" or "timings" object, "object" not "error", "choices" absent, null or a list
+ * of at most one object with index 0 (or none), "delta" absent, null or an object with string or
+ * null "content", "reasoning_content" and "reasoning", and "tool_calls" absent, null or a list;
+ * no key of these repeated and no key with an escape. tests/unit/test_compiled_chat_diff.py holds
+ * the two paths to the same state, line by line, on generated and hostile lines.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DEPTH 32
+
+enum { J_NONE = 0, J_NULL, J_FALSE, J_TRUE, J_NUM, J_STR, J_ARR, J_OBJ };
+
+typedef struct {
+    int kind;
+    const char *start;  /* the value's first byte (a string: its opening quote) */
+    const char *end;    /* one past its last byte */
+    int empty;          /* a string of no bytes, an array or object of no members */
+    int escaped;        /* a string with a backslash escape (decoded on use) */
+} JVal;
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* A JSON string at p (its opening quote): its end, or NULL for anything not taken here. */
+static const char *scan_string(const char *p, const char *end, int *escaped) {
+    p++;
+    *escaped = 0;
+    while (p < end) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') return p + 1;
+        if (c == '\\') {
+            if (p + 1 >= end) return NULL;
+            char e = p[1];
+            if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+                *escaped = 1;
+                p += 2;
+                continue;
+            }
+            return NULL;  /* \u (surrogates: orjson's rules) or an invalid escape */
+        }
+        if (c < 0x20) return NULL;
+        if (c < 0x80) { p++; continue; }
+        /* UTF-8: the well-formed sequences of RFC 3629 only */
+        Py_ssize_t n;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) n = 1;
+        else if (c == 0xE0) { n = 2; lo = 0xA0; }
+        else if (c >= 0xE1 && c <= 0xEC) n = 2;
+        else if (c == 0xED) { n = 2; hi = 0x9F; }
+        else if (c >= 0xEE && c <= 0xEF) n = 2;
+        else if (c == 0xF0) { n = 3; lo = 0x90; }
+        else if (c >= 0xF1 && c <= 0xF3) n = 3;
+        else if (c == 0xF4) { n = 3; hi = 0x8F; }
+        else return NULL;
+        if (end - p <= n) return NULL;
+        unsigned char c1 = (unsigned char)p[1];
+        if (c1 < lo || c1 > hi) return NULL;
+        for (Py_ssize_t i = 2; i <= n; i++) {
+            unsigned char ci = (unsigned char)p[i];
+            if (ci < 0x80 || ci > 0xBF) return NULL;
+        }
+        p += n + 1;
+    }
+    return NULL;
+}
+
+static const char *scan_number(const char *p, const char *end) {
+    int digits = 0;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return NULL;
+    if (*p == '0') { p++; digits++; }
+    else if (*p >= '1' && *p <= '9') { while (p < end && *p >= '0' && *p <= '9') { p++; digits++; } }
+    else return NULL;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9') { p++; digits++; }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        int exp = 0;
+        if (p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9') { p++; exp++; }
+        if (exp > 2) return NULL;
+    }
+    if (digits > 15) return NULL;
+    return p;
+}
+
+static const char *scan_value(const char *p, const char *end, int depth, JVal *v);
+
+static const char *scan_literal(const char *p, const char *end, const char *word, int kind, JVal *v) {
+    size_t n = strlen(word);
+    if ((size_t)(end - p) < n || memcmp(p, word, n) != 0) return NULL;
+    v->kind = kind;
+    v->start = p;
+    v->end = p + n;
+    return p + n;
+}
+
+static const char *scan_value(const char *p, const char *end, int depth, JVal *v) {
+    if (depth > MAX_DEPTH) return NULL;
+    p = skip_ws(p, end);
+    if (p >= end) return NULL;
+    v->start = p;
+    v->empty = 0;
+    v->escaped = 0;
+    char c = *p;
+    if (c == '"') {
+        const char *q = scan_string(p, end, &v->escaped);
+        if (q == NULL) return NULL;
+        v->kind = J_STR;
+        v->end = q;
+        v->empty = (q - p) == 2;
+        return q;
+    }
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        v->kind = c == '{' ? J_OBJ : J_ARR;
+        p = skip_ws(p + 1, end);
+        if (p < end && *p == close) { v->empty = 1; v->end = p + 1; return p + 1; }
+        for (;;) {
+            JVal item;
+            if (c == '{') {
+                p = skip_ws(p, end);
+                if (p >= end || *p != '"') return NULL;
+                int esc;
+                p = scan_string(p, end, &esc);
+                if (p == NULL) return NULL;
+                p = skip_ws(p, end);
+                if (p >= end || *p != ':') return NULL;
+                p++;
+            }
+            p = scan_value(p, end, depth + 1, &item);
+            if (p == NULL) return NULL;
+            p = skip_ws(p, end);
+            if (p >= end) return NULL;
+            if (*p == ',') { p++; continue; }
+            if (*p == close) { v->end = p + 1; return p + 1; }
+            return NULL;
+        }
+    }
+    if (c == 't') return scan_literal(p, end, "true", J_TRUE, v);
+    if (c == 'f') return scan_literal(p, end, "false", J_FALSE, v);
+    if (c == 'n') return scan_literal(p, end, "null", J_NULL, v);
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        const char *q = scan_number(p, end);
+        if (q == NULL) return NULL;
+        v->kind = J_NUM;
+        v->end = q;
+        return q;
+    }
+    return NULL;
+}
+
+/* The members named in keys[] of an object already validated by scan_value, into out[] (J_NONE
+ * for those absent). -1 when one is repeated or any key has an escape (the Python path decides). */
+static int find_members(const JVal *obj, const char *const *keys, int nkeys, JVal *out) {
+    for (int i = 0; i < nkeys; i++) out[i].kind = J_NONE;
+    if (obj->empty) return 0;
+    const char *p = obj->start + 1, *end = obj->end;
+    for (;;) {
+        p = skip_ws(p, end);
+        int esc;
+        const char *kstart = p + 1;
+        const char *q = scan_string(p, end, &esc);
+        if (q == NULL) return -1;
+        if (esc) return -1;
+        Py_ssize_t klen = (q - 1) - kstart;
+        p = skip_ws(q, end) + 1;  /* past ':' */
+        JVal val;
+        p = scan_value(p, end, 1, &val);
+        if (p == NULL) return -1;
+        for (int i = 0; i < nkeys; i++) {
+            if ((Py_ssize_t)strlen(keys[i]) == klen && memcmp(keys[i], kstart, klen) == 0) {
+                if (out[i].kind != J_NONE) return -1;
+                out[i] = val;
+            }
+        }
+        p = skip_ws(p, end);
+        if (*p == ',') { p++; continue; }
+        return 0;
+    }
+}
+
+/* A validated string's text as a str (escapes decoded); NULL with an exception set on failure. */
+static PyObject *string_value(const JVal *s, const JVal *prefix) {
+    Py_ssize_t n1 = prefix ? (prefix->end - prefix->start - 2) : 0;
+    Py_ssize_t n2 = s->end - s->start - 2;
+    if (!s->escaped && (prefix == NULL || !prefix->escaped)) {
+        if (prefix == NULL) return PyUnicode_DecodeUTF8(s->start + 1, n2, "strict");
+    }
+    char *buf = PyMem_Malloc((size_t)(n1 + n2) + 1);
+    if (buf == NULL) return PyErr_NoMemory();
+    Py_ssize_t k = 0;
+    const JVal *parts[2] = {prefix, s};
+    for (int j = 0; j < 2; j++) {
+        const JVal *v = parts[j];
+        if (v == NULL) continue;
+        const char *p = v->start + 1, *e = v->end - 1;
+        while (p < e) {
+            if (*p != '\\') { buf[k++] = *p++; continue; }
+            char c = p[1];
+            p += 2;
+            switch (c) {
+                case 'b': buf[k++] = '\b'; break;
+                case 'f': buf[k++] = '\f'; break;
+                case 'n': buf[k++] = '\n'; break;
+                case 'r': buf[k++] = '\r'; break;
+                case 't': buf[k++] = '\t'; break;
+                default: buf[k++] = c; break;  /* " \ / */
+            }
+        }
+    }
+    PyObject *out = PyUnicode_DecodeUTF8(buf, k, "strict");
+    PyMem_Free(buf);
+    return out;
+}
+
+static int is_literal_zero(const JVal *v) {
+    return v->kind == J_NUM && v->end - v->start == 1 && v->start[0] == '0';
+}
+
+/* What one chunk line says, when it is in the plain shapes (module docstring). */
+enum { LINE_FALLBACK = -1, LINE_NOTHING = 0, LINE_CHUNK = 1, LINE_DONE = 2 };
+
+typedef struct {
+    int generated;
+    int reasoning;
+    JVal content;       /* J_STR when it is the text (with reasoning_prefix before it, if any) */
+    JVal text_prefix;   /* reasoning kept in the text (keep_reasoning) */
+    int has_text;
+    int has_prefix;
+} Chunk;
+
+static int read_line(const char *line, Py_ssize_t n, int keep_reasoning, Chunk *ch) {
+    memset(ch, 0, sizeof(*ch));
+    if (n == 0 || (n == 1 && line[0] == '\r')) return LINE_NOTHING;
+    if (n >= 12 && memcmp(line, "data: [DONE]", 12) == 0 && (n == 12 || (n == 13 && line[12] == '\r')))
+        return LINE_DONE;
+    if (n < 7 || memcmp(line, "data: {", 7) != 0) return LINE_FALLBACK;
+    const char *end = line + n;
+    JVal top;
+    const char *p = scan_value(line + 6, end, 0, &top);
+    if (p == NULL || skip_ws(p, end) != end) return LINE_FALLBACK;
+    static const char *const top_keys[] = {"error", "object", "usage", "timings", "choices"};
+    JVal tv[5];
+    if (find_members(&top, top_keys, 5, tv) < 0) return LINE_FALLBACK;
+    if (tv[0].kind != J_NONE) return LINE_FALLBACK;
+    if (tv[1].kind == J_STR && tv[1].end - tv[1].start == 7 && memcmp(tv[1].start, "\"error\"", 7) == 0)
+        return LINE_FALLBACK;
+    if (tv[1].kind == J_STR && tv[1].escaped) return LINE_FALLBACK;
+    if (tv[2].kind != J_NONE && tv[2].kind != J_NULL) return LINE_FALLBACK;
+    if (tv[3].kind == J_OBJ) return LINE_FALLBACK;
+    const JVal *choices = &tv[4];
+    if (choices->kind == J_NONE || choices->kind == J_NULL) return LINE_NOTHING;
+    if (choices->kind != J_ARR) return LINE_FALLBACK;
+    if (choices->empty) return LINE_NOTHING;
+    /* the first element, and that it is the only one */
+    JVal c0;
+    const char *q = scan_value(choices->start + 1, choices->end, 1, &c0);
+    if (q == NULL || c0.kind != J_OBJ) return LINE_FALLBACK;
+    q = skip_ws(q, choices->end);
+    if (*q != ']') return LINE_FALLBACK;
+    static const char *const c0_keys[] = {"index", "delta"};
+    JVal cv[2];
+    if (find_members(&c0, c0_keys, 2, cv) < 0) return LINE_FALLBACK;
+    if (cv[0].kind != J_NONE && cv[0].kind != J_NULL && !is_literal_zero(&cv[0])) return LINE_FALLBACK;
+    const JVal *delta = &cv[1];
+    if (delta->kind == J_NONE || delta->kind == J_NULL) return LINE_NOTHING;
+    if (delta->kind != J_OBJ) return LINE_FALLBACK;
+    if (delta->empty) return LINE_NOTHING;
+    static const char *const d_keys[] = {"content", "reasoning_content", "reasoning", "tool_calls"};
+    JVal dv[4];
+    if (find_members(delta, d_keys, 4, dv) < 0) return LINE_FALLBACK;
+    for (int i = 0; i < 3; i++)
+        if (dv[i].kind != J_NONE && dv[i].kind != J_NULL && dv[i].kind != J_STR) return LINE_FALLBACK;
+    if (dv[3].kind != J_NONE && dv[3].kind != J_NULL && dv[3].kind != J_ARR) return LINE_FALLBACK;
+    int tool_calls = dv[3].kind == J_ARR && !dv[3].empty;
+    /* reasoning_content or reasoning: the first that is a non-empty string */
+    const JVal *reasoning = NULL;
+    if (dv[1].kind == J_STR && !dv[1].empty) reasoning = &dv[1];
+    else if (dv[2].kind == J_STR && !dv[2].empty) reasoning = &dv[2];
+    if (dv[0].kind == J_STR && !dv[0].empty) {
+        ch->generated = 1;
+        ch->content = dv[0];
+        ch->has_text = 1;
+        if (reasoning != NULL && keep_reasoning) { ch->text_prefix = *reasoning; ch->has_prefix = 1; }
+    } else if (reasoning != NULL) {
+        ch->generated = 1;
+        ch->reasoning = !tool_calls;
+        if (keep_reasoning) { ch->content = *reasoning; ch->has_text = 1; }
+    } else {
+        ch->generated = tool_calls;
+    }
+    return ch->generated || ch->has_text ? LINE_CHUNK : LINE_NOTHING;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *state;        /* the StreamState */
+    PyObject *stream;       /* its _ChatStream (counted) */
+    PyObject *chunk_ns;     /* the state's lists */
+    PyObject *chunk_tokens;
+    PyObject *parts;
+    PyObject *py_take;      /* StreamState.take, bound */
+    int keep_reasoning;
+} ChatTaker;
+
+static PyObject *s_pending, *s_counts, *s_token_chunks, *s_coalesced, *s_reasoning, *s_output_ns, *s_done,
+    *s_counted, *s_keep_reasoning, *s_chunk_ns, *s_chunk_tokens, *s_parts, *s_take;
+
+static void taker_dealloc(ChatTaker *self) {
+    Py_XDECREF(self->state);
+    Py_XDECREF(self->stream);
+    Py_XDECREF(self->chunk_ns);
+    Py_XDECREF(self->chunk_tokens);
+    Py_XDECREF(self->parts);
+    Py_XDECREF(self->py_take);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
+    PyObject *state, *stream;
+    if (!PyArg_ParseTuple(args, "OO", &state, &stream)) return -1;
+    PyObject *keep = PyObject_GetAttr(stream, s_keep_reasoning);
+    if (keep == NULL) return -1;
+    self->keep_reasoning = PyObject_IsTrue(keep);
+    Py_DECREF(keep);
+    if (self->keep_reasoning < 0) return -1;
+    Py_INCREF(state);
+    Py_XSETREF(self->state, state);
+    Py_INCREF(stream);
+    Py_XSETREF(self->stream, stream);
+    Py_XSETREF(self->chunk_ns, PyObject_GetAttr(state, s_chunk_ns));
+    Py_XSETREF(self->chunk_tokens, PyObject_GetAttr(state, s_chunk_tokens));
+    Py_XSETREF(self->parts, PyObject_GetAttr(state, s_parts));
+    Py_XSETREF(self->py_take, PyObject_GetAttr(state, s_take));
+    if (!self->chunk_ns || !self->chunk_tokens || !self->parts || !self->py_take) return -1;
+    if (!PyList_Check(self->chunk_ns) || !PyList_Check(self->chunk_tokens) || !PyList_Check(self->parts)) {
+        PyErr_SetString(PyExc_TypeError, "ChatTaker: the state's chunk_ns, chunk_tokens and parts must be lists");
+        return -1;
+    }
+    return 0;
+}
+
+static int add_to_attr(PyObject *obj, PyObject *name, long n) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    PyObject *one = PyLong_FromLong(n);
+    if (one == NULL) { Py_DECREF(v); return -1; }
+    PyObject *sum = PyNumber_Add(v, one);
+    Py_DECREF(v);
+    Py_DECREF(one);
+    if (sum == NULL) return -1;
+    int r = PyObject_SetAttr(obj, name, sum);
+    Py_DECREF(sum);
+    return r;
+}
+
+/* Apply one understood chunk to the state (StreamState.take's handling of its event). */
+static int apply_chunk(ChatTaker *self, const Chunk *ch, PyObject *t_obj, long long t_ns) {
+    if (ch->generated) {
+        PyObject *counts = PyObject_GetAttr(self->state, s_counts);
+        if (counts == NULL) return -1;
+        if (counts != Py_None) {
+            if (add_to_attr(counts, s_token_chunks, 1) < 0) { Py_DECREF(counts); return -1; }
+            Py_ssize_t n = PyList_GET_SIZE(self->chunk_ns);
+            if (n > 0) {
+                long long last = PyLong_AsLongLong(PyList_GET_ITEM(self->chunk_ns, n - 1));
+                if (last == -1 && PyErr_Occurred()) { Py_DECREF(counts); return -1; }
+                if (last == t_ns && add_to_attr(counts, s_coalesced, 1) < 0) { Py_DECREF(counts); return -1; }
+            }
+        }
+        Py_DECREF(counts);
+        if (PyList_Append(self->chunk_ns, t_obj) < 0) return -1;
+        PyObject *one = PyLong_FromLong(1);
+        int r = PyList_Append(self->chunk_tokens, one);
+        Py_DECREF(one);
+        if (r < 0) return -1;
+        if (add_to_attr(self->stream, s_counted, 1) < 0) return -1;
+        if (ch->reasoning) {
+            if (add_to_attr(self->state, s_reasoning, 1) < 0) return -1;
+        } else {
+            PyObject *out = PyObject_GetAttr(self->state, s_output_ns);
+            if (out == NULL) return -1;
+            int none = out == Py_None;
+            Py_DECREF(out);
+            if (none && PyObject_SetAttr(self->state, s_output_ns, t_obj) < 0) return -1;
+        }
+    }
+    if (ch->has_text) {
+        PyObject *text = string_value(&ch->content, ch->has_prefix ? &ch->text_prefix : NULL);
+        if (text == NULL) return -1;
+        int r = PyList_Append(self->parts, text);
+        Py_DECREF(text);
+        if (r < 0) return -1;
+    }
+    return 0;
+}
+
+static PyObject *taker_take(ChatTaker *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "take(lines: list[bytes], t_recv_ns: int)");
+        return NULL;
+    }
+    PyObject *lines = args[0], *t_obj = args[1];
+    long long t_ns = PyLong_AsLongLong(t_obj);
+    if (t_ns == -1 && PyErr_Occurred()) return NULL;
+    PyObject *pending = PyObject_GetAttr(self->state, s_pending);
+    if (pending == NULL) return NULL;
+    int has_pending = pending != Py_None;
+    Py_DECREF(pending);
+    Py_ssize_t n = PyList_GET_SIZE(lines), i = 0;
+    if (!has_pending) {
+        for (; i < n; i++) {
+            PyObject *line = PyList_GET_ITEM(lines, i);
+            if (!PyBytes_Check(line)) break;
+            Chunk ch;
+            int kind = read_line(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), self->keep_reasoning, &ch);
+            if (kind == LINE_FALLBACK) break;
+            if (kind == LINE_NOTHING) continue;
+            if (kind == LINE_DONE) {
+                if (PyObject_SetAttr(self->state, s_done, Py_True) < 0) return NULL;
+                Py_RETURN_TRUE;
+            }
+            if (apply_chunk(self, &ch, t_obj, t_ns) < 0) return NULL;
+        }
+        if (i == n) Py_RETURN_FALSE;
+    }
+    /* The rest, from the first line not understood here, the Python path's way. */
+    PyObject *rest = i == 0 ? (Py_INCREF(lines), lines) : PyList_GetSlice(lines, i, n);
+    if (rest == NULL) return NULL;
+    PyObject *r = PyObject_CallFunctionObjArgs(self->py_take, rest, t_obj, NULL);
+    Py_DECREF(rest);
+    return r;
+}
+
+static PyMethodDef taker_methods[] = {
+    {"take", (PyCFunction)(void (*)(void))taker_take, METH_FASTCALL,
+     "take(lines, t_recv_ns) -> bool: StreamState.take, chat chunks in C (module docstring)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ChatTakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "loadgen.engine._chat.ChatTaker",
+    .tp_basicsize = sizeof(ChatTaker),
+    .tp_dealloc = (destructor)taker_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ChatTaker(state, stream): an OpenAI chat stream's StreamState.take, its chunks in C.",
+    .tp_methods = taker_methods,
+    .tp_init = (initproc)taker_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyObject *py_read_line(PyObject *mod, PyObject *args) {
+    /* For tests: what read_line makes of one line: None (left to Python), "nothing", "done", or
+     * (generated, reasoning, text or None). */
+    Py_buffer buf;
+    int keep = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &buf, &keep)) return NULL;
+    Chunk ch;
+    int kind = read_line(buf.buf, buf.len, keep, &ch);
+    PyObject *out;
+    if (kind == LINE_FALLBACK) { out = Py_None; Py_INCREF(out); }
+    else if (kind == LINE_NOTHING) out = PyUnicode_FromString("nothing");
+    else if (kind == LINE_DONE) out = PyUnicode_FromString("done");
+    else {
+        PyObject *text = Py_None;
+        if (ch.has_text) {
+            text = string_value(&ch.content, ch.has_prefix ? &ch.text_prefix : NULL);
+            if (text == NULL) { PyBuffer_Release(&buf); return NULL; }
+        } else Py_INCREF(text);
+        out = Py_BuildValue("(iiN)", ch.generated, ch.reasoning, text);
+    }
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"read_line", py_read_line, METH_VARARGS, "read_line(line, keep_reasoning=False): what the fast path makes of a line"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef chat_module = {
+    PyModuleDef_HEAD_INIT, "loadgen.engine._chat",
+    "The compiled fast path of an OpenAI chat stream's lines (loadgen/engine/_chat.c).", -1, module_methods,
+};
+
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+
+PyMODINIT_FUNC PyInit__chat(void) {
+    INTERN(s_pending, "pending");
+    INTERN(s_counts, "counts");
+    INTERN(s_token_chunks, "token_chunks");
+    INTERN(s_coalesced, "coalesced");
+    INTERN(s_reasoning, "reasoning");
+    INTERN(s_output_ns, "output_ns");
+    INTERN(s_done, "done");
+    INTERN(s_counted, "counted");
+    INTERN(s_keep_reasoning, "keep_reasoning");
+    INTERN(s_chunk_ns, "chunk_ns");
+    INTERN(s_chunk_tokens, "chunk_tokens");
+    INTERN(s_parts, "parts");
+    INTERN(s_take, "take");
+    if (PyType_Ready(&ChatTakerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&chat_module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&ChatTakerType);
+    if (PyModule_AddObject(m, "ChatTaker", (PyObject *)&ChatTakerType) < 0) {
+        Py_DECREF(&ChatTakerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

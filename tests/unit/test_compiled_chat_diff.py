@@ -1,0 +1,227 @@
+"""The compiled chat chunk path (loadgen/engine/_chat.c) against the Python path it stands for:
+the same lines, in the same reads, leave the same stream state (chunk times and tokens, text,
+reasoning, first answer token, end, error, the stream's and the worker's counts) and raise the
+same errors through ``_chat.ChatTaker.take`` as through ``StreamState.take`` with the OpenAI chat
+adapter's parser, for lines generated in every shape a chunk's fields can take and for hostile
+ones. Which lines the C side takes itself is checked too, so the test cannot pass by handing
+everything to Python.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadgen.engine import sse_state
+from loadgen.engine.health import ChunkCounts
+from loadgen.engine.outcome import StreamResult
+from loadgen.engine.sse_state import StreamState
+from targets.adapters.openai import OpenAIChatAdapter
+
+_chat = sse_state._chat
+pytestmark = pytest.mark.skipif(_chat is None, reason="the compiled chat path is not built (make setup builds it)")
+
+
+def _state(keep_reasoning: bool) -> tuple[StreamState, object]:
+    stream = OpenAIChatAdapter(reasoning_in_history=keep_reasoning).new_stream()
+    return StreamState(stream.parse_line, StreamResult(), ChunkCounts()), stream
+
+
+def _snapshot(s: StreamState, stream) -> tuple:
+    return (
+        list(s.chunk_ns), list(s.chunk_tokens), "".join(s.parts), s.reasoning, s.output_ns, s.done,
+        None if s.error is None else (s.error.error, s.error.error_code), s.usage, s.timings, s.pending,
+        s.counts.token_chunks, s.counts.coalesced, stream.counted,
+    )  # fmt: skip
+
+
+def _run(reads: list[list[bytes]], keep_reasoning: bool, compiled: bool) -> list:
+    s, stream = _state(keep_reasoning)
+    take = _chat.ChatTaker(s, stream).take if compiled else s.take
+    out = []
+    for i, lines in enumerate(reads):
+        t = 1_000 + 10 * (i // 2)  # every other read shares a stamp: coalesced reads counted too
+        try:
+            out.append(("ok", take(list(lines), t), _snapshot(s, stream)))
+        except Exception as e:  # the client abandons the stream at an error: so does the comparison
+            out.append(("raised", type(e), str(e), _snapshot(s, stream)))
+            break
+    return out
+
+
+def _same(reads: list[list[bytes]]) -> None:
+    for keep in (False, True):
+        assert _run(reads, keep, True) == _run(reads, keep, False), (keep, reads)
+
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6) | st.sampled_from(
+    ["", "a", "é", "\n", '"', "\\", "/", "\u2028", "\U0001f600", "\x00", "\x7f", "tab\there"]
+)
+ODD = st.sampled_from([None, 0, 1, -0.0, 0.0, True, False, "", "x", [], [1], {}, {"a": 1}, 10**20, 1e300])
+TOOL_CALLS = st.sampled_from([None, [], [{"index": 0, "function": {"arguments": "{\"a\""}}], {}, 0, "x", False])
+
+
+@st.composite
+def _delta(draw) -> object:
+    if draw(st.integers(0, 9)) == 0:
+        return draw(ODD)
+    d: dict = {}
+    for key, values in (
+        ("role", st.sampled_from(["assistant", None])),
+        ("content", TEXT | ODD),
+        ("reasoning_content", TEXT | ODD),
+        ("reasoning", TEXT | ODD),
+        ("tool_calls", TOOL_CALLS),
+    ):
+        if draw(st.booleans()):
+            d[key] = draw(values)
+    return d
+
+
+@st.composite
+def _chunk(draw) -> dict:
+    obj: dict = {"id": draw(st.sampled_from(["chatcmpl-1", "x\u00e9"])), "object": draw(st.sampled_from(["chat.completion.chunk", "error", 5]))}
+    if draw(st.integers(0, 9)) == 0:
+        obj["choices"] = draw(ODD)
+    elif draw(st.integers(0, 9)):
+        c0: dict = {}
+        if draw(st.booleans()):
+            c0["index"] = draw(st.sampled_from([0, 1, None, 0.0, "0", True, -1]))
+        if draw(st.integers(0, 5)):
+            c0["delta"] = draw(_delta())
+        if draw(st.booleans()):
+            c0["finish_reason"] = draw(st.sampled_from([None, "stop", "length"]))
+        obj["choices"] = [c0] + ([{"index": draw(st.sampled_from([0, 1])), "delta": {"content": "z"}}] if draw(st.integers(0, 7)) == 0 else [])
+    if draw(st.integers(0, 5)) == 0:
+        obj["usage"] = draw(st.sampled_from([None, {"prompt_tokens": 3, "completion_tokens": 7}, {"completion_tokens": 1}, 3]))
+    if draw(st.integers(0, 9)) == 0:
+        obj["timings"] = draw(st.sampled_from([None, {"prompt_n": 2}, 4]))
+    if draw(st.integers(0, 14)) == 0:
+        obj["error"] = draw(st.sampled_from([None, {"message": "boom", "code": 503}, "text"]))
+    if draw(st.integers(0, 9)) == 0:
+        obj["created"] = draw(st.sampled_from([1700000000, 10**17, -0.5, 1.5e10, 2e-300]))
+    return obj
+
+
+def _compact(obj: dict) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()  # raw UTF-8, as servers send
+
+
+def _encode(obj: dict, how: int) -> bytes:
+    if how == 0:
+        return _compact(obj)
+    if how == 1:
+        return json.dumps(obj, ensure_ascii=True).encode()  # \u escapes: the Python side's
+    if how == 2:
+        return json.dumps(obj, ensure_ascii=False, indent=None, separators=(" , ", " : ")).encode()
+    raw = _compact(obj)
+    if how == 3 and raw.startswith(b'{"id"'):  # a repeated key: orjson keeps the last
+        return b'{"choices":[{"delta":{"content":"first"}}],' + raw[1:]
+    return raw[: max(1, len(raw) - 1 - how)]  # cut short: not JSON
+
+
+PLAIN_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\u0000"), min_size=1, max_size=5)
+
+
+@st.composite
+def _plain_chunk(draw) -> dict:
+    """A chunk as servers send them: the shapes the compiled path takes itself."""
+    delta: dict = {}
+    if draw(st.booleans()):
+        delta["role"] = "assistant"
+    which = draw(st.integers(0, 5))
+    if which in (0, 1):
+        delta["content"] = draw(PLAIN_TEXT)
+    elif which == 2:
+        delta[draw(st.sampled_from(["reasoning_content", "reasoning"]))] = draw(PLAIN_TEXT)
+    elif which == 3:
+        delta["tool_calls"] = [{"index": 0, "function": {"arguments": draw(PLAIN_TEXT)}}]
+    elif which == 4:  # several at once
+        for key in draw(st.sets(st.sampled_from(["content", "reasoning_content", "reasoning", "tool_calls"]))):
+            delta[key] = [{"index": 0}] if key == "tool_calls" else draw(st.sampled_from(["", None]) | PLAIN_TEXT)
+    c0: dict = {"delta": delta}
+    if draw(st.booleans()):
+        c0["index"] = draw(st.sampled_from([0, None]))
+    if draw(st.booleans()):
+        c0["finish_reason"] = draw(st.sampled_from([None, "stop"]))
+        c0["logprobs"] = None
+    obj = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": "m", "choices": [c0]}
+    if draw(st.booleans()):
+        obj["usage"] = None
+    return obj
+
+
+@st.composite
+def _line(draw) -> bytes:
+    if draw(st.booleans()):
+        body = _encode(draw(_plain_chunk()), draw(st.sampled_from([0, 0, 0, 1, 2, 3])))
+        return b"data: " + body + draw(st.sampled_from([b"", b"\r"]))
+    kind = draw(st.integers(0, 19))
+    if kind == 0:
+        return draw(st.sampled_from([b"", b"\r", b"data: [DONE]", b"data: [DONE]\r", b"data:[DONE]", b": keep-alive", b"event: message", b"data:", b"data: ", b"data: [DONE] x"]))
+    if kind == 1:
+        return draw(st.binary(max_size=40))
+    if kind == 2:
+        return b"data: " + draw(st.sampled_from([b"{", b"{}", b"{} x", b'{"a":01}', b'{"a":1e999}', b'{"a":NaN}', b'{"a":"\xed\xa0\x80"}', b'{"a":"\xc3"}', b'{"a":"\\ud800"}', b'{"a":"\\x"}', b'[1]', b'{"choices":[{"delta":{"content":"\x01"}}]}', b'{"choices":[{"delta":{"content":"ok"}}]}\r', b'{"choices":[{"delta":{"content":"a"}}]} \t']))
+    body = _encode(draw(_chunk()), draw(st.integers(0, 5)))
+    prefix = draw(st.sampled_from([b"data: ", b"data: ", b"data: ", b"data:", b"data:  "]))
+    return prefix + body + draw(st.sampled_from([b"", b"", b"\r", b" "]))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.lists(_line(), max_size=5), min_size=1, max_size=8))
+def test_the_compiled_chat_path_leaves_the_python_paths_state(reads: list[list[bytes]]) -> None:
+    _same(reads)
+
+
+def test_a_typical_stream_is_taken_in_c_and_equals_the_python_path() -> None:
+    lines = [
+        b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
+        b"",
+        b'data: {"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"think"},"logprobs":null}]}',
+        b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"Hel"}}]}',
+        b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"lo \\"w\\"\\n"}}],"usage":null}',
+        b'data: {"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}',
+        b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4}}',
+        b"data: [DONE]",
+    ]
+    reads = [[x] for x in lines]
+    _same(reads)
+    # Every line but the usage chunk's is the C side's own (None: handed to Python).
+    said = [_chat.read_line(x) for x in lines]
+    assert said == ["nothing", "nothing", (1, 1, None), (1, 0, "Hel"), (1, 0, 'lo "w"\n'), (1, 0, None), None, "done"]
+    s, stream = _state(False)
+    take = _chat.ChatTaker(s, stream).take
+    assert [take([x], 5) for x in lines] == [False] * 7 + [True]
+    assert s.chunk_tokens == [1, 1, 1, 1]
+    assert "".join(s.parts) == 'Hello "w"\n' and s.reasoning == 1 and s.done
+
+
+def test_the_python_path_takes_over_mid_read_and_keeps_the_order_of_the_text() -> None:
+    a = b'data: {"choices":[{"delta":{"content":"a"}}]}'
+    escaped = b'data: {"choices":[{"delta":{"content":"\\u00e9"}}]}'  # \u: Python's
+    b = b'data: {"choices":[{"delta":{"content":"b"}}]}'
+    assert _chat.read_line(escaped) is None
+    _same([[a, escaped, b], [a]])
+    s, stream = _state(False)
+    _chat.ChatTaker(s, stream).take([a, escaped, b], 9)
+    assert "".join(s.parts) == "a\u00e9b" and s.chunk_ns == [9, 9, 9] and s.counts.coalesced == 2
+
+
+def test_the_worker_uses_it_only_for_the_chat_adapters_own_stream() -> None:
+    s, _stream = _state(False)
+    take = sse_state.stream_take(s)
+    assert getattr(take, "__self__", None).__class__.__name__ == ("ChatTaker" if sse_state.READER == "compiled" else "StreamState")
+
+    class Custom(type(_stream)):
+        __slots__ = ()
+
+        def parse_line(self, line):  # a subclass with its own parsing keeps the Python path
+            return super().parse_line(line)
+
+    custom = Custom()
+    s2 = StreamState(custom.parse_line, StreamResult(), None)
+    assert sse_state.stream_take(s2) == s2.take
