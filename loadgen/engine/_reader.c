@@ -17,6 +17,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 enum { MODE_LENGTH = 0, MODE_CHUNKED = 1, MODE_CLOSE = 2 };
 
@@ -530,10 +532,71 @@ static PyTypeObject BodyReaderType = {
     .tp_getset = BodyReader_getset,
 };
 
+static long long clock_ns(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* recv_stamped(fd, size) -> (data, t_ns): one non-blocking recvmsg of up to size bytes, and when
+ * they arrived: the kernel's receive stamp (SO_TIMESTAMPNS, CLOCK_REALTIME) moved onto
+ * CLOCK_MONOTONIC (time.perf_counter_ns's clock here) with the offset read now, or now where
+ * there is no stamp or it is later than now. The same as http_reply.arrival_ns on recvmsg's
+ * ancillary data, without the tuple, the list and the struct unpack per read. OSError (its
+ * errno's subclass: BlockingIOError when nothing is there) as socket.recvmsg raises. */
+static PyObject *recv_stamped(PyObject *mod, PyObject *args) {
+    int fd;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "in:recv_stamped", &fd, &size)) return NULL;
+    if (size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "recv_stamped: size must be positive");
+        return NULL;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, size);
+    if (data == NULL) return NULL;
+    union {
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {PyBytes_AS_STRING(data), (size_t)size};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof(control.buf);
+    ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT);
+    if (n < 0) {
+        Py_DECREF(data);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    long long now = clock_ns(CLOCK_MONOTONIC), t = now;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+            c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+            long long offset = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
+            long long stamped = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - offset;
+            if (stamped <= now) t = stamped;
+            break;
+        }
+    }
+    if (n != size && _PyBytes_Resize(&data, n) < 0) return NULL;
+    return Py_BuildValue("(NL)", data, t);
+}
+
+static PyMethodDef reader_functions[] = {
+    {"recv_stamped", recv_stamped, METH_VARARGS,
+     "recv_stamped(fd, size) -> (data, t_ns): a non-blocking recvmsg and its kernel receive stamp on "
+     "the perf_counter clock (now where there is none)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef reader_module = {
     PyModuleDef_HEAD_INIT, "_reader",
     "The compiled body reader (chunked/identity/close-delimited de-framing, SSE line splitting).",
-    -1, NULL,
+    -1, reader_functions,
 };
 
 PyMODINIT_FUNC PyInit__reader(void) {

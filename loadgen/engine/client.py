@@ -103,7 +103,6 @@ from loadgen.engine.http_reply import (
     ClosedBeforeResponse,
     FirstByteTimeout,
     StampedResponse,
-    arrival_ns,
     enable_kernel_timestamps,
 )
 from loadgen.engine.outcome import (
@@ -501,8 +500,8 @@ class SessionConnection:
         take_lines = resp.take_lines
         feed_body = resp.feed_body
 
-        def consume(data: bytes, anc: list) -> bool:
-            t_recv_ns = resp.t_recv_ns = arrival_ns(anc)
+        def consume(data: bytes, t_recv_ns: int) -> bool:
+            resp.t_recv_ns = t_recv_ns
             if delays is not None:
                 delays.append(_perf_ns() - t_recv_ns)
             feed_body(data)

@@ -7,8 +7,8 @@ At hundreds of streams with tokens 10 ms apart that is most of a worker's CPU pe
 chunks per CPU-second; the same work in one greenlet over an epoll set ~110,000). So once a
 reply's head is read, its socket is handed to the worker's ``StreamReader``: one greenlet waits on
 one epoll set of every streaming socket, and for each socket the kernel says is readable reads what
-came (``recvmsg`` with the kernel's receive stamp) and hands it to that stream's ``consume``
-callback, right there, with no switch. The session's greenlet sleeps until its stream ends.
+came (``recvmsg`` with the kernel's receive stamp: in C, ``_reader.recv_stamped``, with the
+compiled reader) and hands it to that stream's ``consume`` callback, right there, with no switch. The session's greenlet sleeps until its stream ends.
 
 Level-triggered: a socket is in the set only while its body is being read, and leaves it when its
 stream ends (or is abandoned), so a readable socket always has a reader. The greenlet exists only
@@ -17,6 +17,7 @@ while some stream is followed.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -25,6 +26,13 @@ from collections.abc import Callable
 import gevent
 from gevent import get_hub, monkey
 from gevent.event import Event
+
+from loadgen.engine.http_reply import READER, arrival_ns
+
+try:  # the compiled recvmsg with its stamp (loadgen/engine/_reader.c), with the compiled reader
+    from loadgen.engine._reader import recv_stamped as _c_recv_stamped
+except ImportError:
+    _c_recv_stamped = None
 
 __all__ = ["AVAILABLE", "StreamReader", "stream_reader"]
 
@@ -45,17 +53,33 @@ _ANC_SIZE = socket.CMSG_SPACE(16)  # one struct timespec
 _MAX_EVENTS = 1024
 YIELD_NS = 500_000  # the longest the reader keeps the other greenlets waiting while data streams in
 
-# consume(data, ancillary data) -> True when the stream has ended (nothing more is to be read).
-# It is given b"" once when the peer closed; following ends there whatever it returns.
-Consume = Callable[[bytes, list], bool]
+# consume(data, arrival on the perf_counter clock, ns) -> True when the stream has ended (nothing
+# more is to be read). It is given b"" once when the peer closed; following ends there whatever
+# it returns.
+Consume = Callable[[bytes, int], bool]
+# read() -> (data, arrival ns): one non-blocking read of the socket, BlockingIOError when empty.
+Read = Callable[[], tuple[bytes, int]]
+
+
+def stamped_read(sock: socket.socket, block_size: int) -> Read:
+    """One read of ``sock`` (a gevent socket) with its kernel receive stamp: compiled where the
+    compiled reader is, else ``recvmsg`` and ``http_reply.arrival_ns``, the reference."""
+    if _c_recv_stamped is not None and READER == "compiled":
+        return functools.partial(_c_recv_stamped, sock.fileno(), block_size)
+    recvmsg = sock._sock.recvmsg  # the non-blocking socket under gevent's
+
+    def read() -> tuple[bytes, int]:
+        data, anc, _flags, _addr = recvmsg(block_size, _ANC_SIZE)
+        return data, arrival_ns(anc)
+
+    return read
 
 
 class _Followed:
-    __slots__ = ("block_size", "consume", "done", "error", "recvmsg")
+    __slots__ = ("consume", "done", "error", "read")
 
-    def __init__(self, recvmsg: Callable, block_size: int, consume: Consume) -> None:
-        self.recvmsg = recvmsg
-        self.block_size = block_size
+    def __init__(self, read: Read, consume: Consume) -> None:
+        self.read = read
         self.consume = consume
         self.done = Event()
         self.error: BaseException | None = None
@@ -77,7 +101,7 @@ class StreamReader:
         greenlet blocks until then. A ``gevent.Timeout`` or kill of the caller stops the
         following (the caller then closes the socket)."""
         fd = sock.fileno()
-        f = _Followed(sock._sock.recvmsg, block_size, consume)  # the non-blocking socket under gevent's
+        f = _Followed(stamped_read(sock, block_size), consume)
         try:
             self._epoll.register(fd, _EPOLLIN)
         except FileExistsError:  # a closed socket's number, reused before it left the set
@@ -129,14 +153,14 @@ class StreamReader:
 
     def _read(self, fd: int, f: _Followed) -> None:
         try:
-            data, anc, _flags, _addr = f.recvmsg(f.block_size, _ANC_SIZE)
+            data, t_ns = f.read()
         except (BlockingIOError, InterruptedError):
             return
         except Exception as e:  # the connection failed: the stream's greenlet says how
             self._end(fd, f, e)
             return
         try:
-            ended = f.consume(data, anc)
+            ended = f.consume(data, t_ns)
         except Exception as e:  # a bad chunk, a broken body, an adapter's error
             self._end(fd, f, e)
             return
