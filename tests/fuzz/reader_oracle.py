@@ -92,8 +92,22 @@ def _known(pieces: list[bytes], py: tuple, c: tuple) -> bool:
     if py[1][0] != c[1][0] or py[1][0] not in ("complete", "stream_cut"):
         return False
     reply = b"".join(pieces)
-    trailers = reply[reply.rfind(b"\n0") :].lower()  # from the last chunk-size line of 0 on
+    trailers = _trailer_section(reply[reply.find(b"\r\n\r\n") + 4 :]).lower()
     return any(name in trailers for name in _KEEP_ALIVE_TRAILERS)
+
+
+def _trailer_section(body: bytes) -> bytes:
+    """What follows the last chunk of a chunked body (b"" where the chunks do not parse)."""
+    i = 0
+    while True:
+        eol = body.find(b"\r\n", i)
+        size = body[i:eol].split(b";", 1)[0]
+        if eol < 0 or not size or any(c not in b"0123456789abcdefABCDEF" for c in size):
+            return b""
+        n = int(size, 16)
+        if n == 0:
+            return body[eol + 2 :]
+        i = eol + 2 + n + 2
 
 
 def difference(pieces: list[bytes], max_line: int) -> str | None:
