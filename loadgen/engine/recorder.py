@@ -202,6 +202,7 @@ class MetricsAggregate:
         self.slo_met = 0
         self.slo_total = 0
         self._last_by_metric: dict[str, HdrHistogram] = {}
+        self._last_by_class: dict[tuple[str, str], HdrHistogram] = {}
         # Keyed by labels as they appear in histogram tags, so totals join their histograms.
         self.by_labels: dict[tuple[str, str, str], LabelTotals] = {}
         self._tag_labels: dict[tuple[str, str, str], tuple[str, str, str]] = {}
@@ -266,17 +267,24 @@ class MetricsAggregate:
         out = {tag: h for tag, h in self.interval.items() if h.get_total_count()}
         self.interval = {}
         by_metric: dict[str, HdrHistogram] = {}
+        by_class: dict[tuple[str, str], HdrHistogram] = {}
         for tag, h in out.items():
-            metric = parse_histogram_tag(tag)[0]
-            if metric not in by_metric:
-                by_metric[metric] = new_histogram()
-            by_metric[metric].add(h)
+            metric, turn_class, _tenant, _target = parse_histogram_tag(tag)
+            for table, key in ((by_metric, metric), (by_class, (metric, turn_class))):
+                if key not in table:
+                    table[key] = new_histogram()
+                table[key].add(h)
         self._last_by_metric = by_metric
+        self._last_by_class = by_class
         return out
 
     def last_interval_by_metric(self) -> dict[str, HdrHistogram]:
         """The last taken interval merged over labels, per metric (for live charts)."""
         return self._last_by_metric
+
+    def last_interval_by_turn_class(self) -> dict[tuple[str, str], HdrHistogram]:
+        """The last taken interval merged over tenants and targets, per (metric, turn class)."""
+        return self._last_by_class
 
     def combined(self, metric: str, turn_class: str | None = None) -> HdrHistogram:
         """One histogram for ``metric`` over all labels (optionally one turn class), merged exactly."""

@@ -28,6 +28,8 @@ from analysis.hdr import percentile_values
 from analysis.metric_registry import LIVE, metrics_for
 from analysis.metric_registry import TURN_CLASSES as REGISTRY_TURN_CLASSES
 from analysis.metric_registry import metric as registered_metric
+from analysis.slo import parse_slos
+from loadgen.live.live_charts import UI_SCRIPT, charts_html
 from loadgen.live.snapshot import SnapshotSource
 from loadgen.live.verdict_so_far import verdict_so_far
 
@@ -49,6 +51,8 @@ def _fmt_ms(value_ms: float | None) -> str:
 
 def _fmt_count(n: float) -> str:
     return f"{n:,}" if isinstance(n, int) else f"{n:,.1f}"
+UI_SCRIPT_ROUTE = "/loadgen/ui.js"
+LIVE_CHARTS_ROUTE = "/loadgen/live-charts"  # the LLM tab's charts, as HTML
 REPORT_ROUTE = "/loadgen/report"  # a finished run's report.html: /loadgen/report/<run id>, or the last
 HISTORY_POINTS = 720  # 12 minutes at one point a second; older points are thinned
 
@@ -69,6 +73,7 @@ class LiveView:
         self._cache: tuple[float, dict[str, Any]] | None = None
         self.history: list[dict[str, Any]] = []
         self._reset_unix_s = 0.0  # rates count from the run's start or the last reset, if later
+        self._coalescing: tuple[int, int] | None = None  # the workers' counts at the last history point
         # Finished runs of this process: run id -> (verdict line, exit code, report.html or None).
         self.finished: dict[str, tuple[str, int, Path | None]] = {}
         self.last_finished: str | None = None
@@ -99,6 +104,7 @@ class LiveView:
         self.invalidate()
         self.history = []
         self._reset_unix_s = 0.0
+        self._coalescing = None
 
     def snapshot(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -170,15 +176,35 @@ class LiveView:
         return data
 
     def record_history_point(self) -> None:
-        """Called once per flush: p50/p95/p99 of the last interval, per metric (all turn classes)."""
+        """Called once per flush: p50/p95/p99 of the last interval per metric, over all turns and
+        per turn class, and the share of coalesced reads over the interval."""
         snap = self._snapshot()
+        agg = snap.aggregate
         point: dict[str, Any] = {"t": round(time.time() - snap.t0_unix_s, 1)}
-        for metric, h in snap.aggregate.last_interval_by_metric().items():
+        for metric, h in agg.last_interval_by_metric().items():
             if h.get_total_count():
-                point[metric] = [_ms(v) for v in percentile_values(h, LIVE_PERCENTILES)]
+                point[metric] = {"all": [_ms(v) for v in percentile_values(h, LIVE_PERCENTILES)]}
+        for (metric, tc), h in agg.last_interval_by_turn_class().items():
+            if h.get_total_count() and metric in point:
+                point[metric][tc] = [_ms(v) for v in percentile_values(h, LIVE_PERCENTILES)]
+        if snap.coalescing is not None:
+            before = self._coalescing or (0, 0)
+            coalesced, chunks = snap.coalescing[0] - before[0], snap.coalescing[1] - before[1]
+            self._coalescing = snap.coalescing
+            if chunks > 0:
+                point["coalesced_share"] = round(coalesced / chunks, 4)
         self.history.append(point)
         if len(self.history) > HISTORY_POINTS:
             self.history = self.history[::2]
+
+    def charts(self) -> str:
+        """The tab's charts (``live_charts.charts_html``), with the run's percentile SLOs marked."""
+        snap = self._snapshot()
+        marks: dict[str, list[tuple[str, float]]] = {}
+        for slo in parse_slos((snap.config.slos if snap.config else None) or None).percentile:
+            marks.setdefault(slo.metric, []).append((str(slo), slo.limit_us / 1000.0))
+        shown = [(n, registered_metric(n).title) for n in LIVE_METRICS]
+        return charts_html(self.history, shown, marks)
 
 
 def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | None:
@@ -210,8 +236,16 @@ def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | Non
         {"href": REPORT_ROUTE, "title": "The last finished run's report (loadgen, HTML)"},
     ]
 
+    script = UI_SCRIPT.replace("LIVE_CHARTS_ROUTE", LIVE_CHARTS_ROUTE).encode()
+
     @web_ui.app.after_request
     def _extend_stats(response: Any) -> Any:
+        if request.path == "/" and response.status_code == 200 and response.mimetype == "text/html":
+            # The LLM tab's charts: a script of this process's own (no dependency fetched).
+            page = response.get_data()
+            if b"</body>" in page:
+                response.set_data(page.replace(b"</body>", f'<script src="{UI_SCRIPT_ROUTE}"></script></body>'.encode(), 1))
+            return response
         if request.path != "/stats/requests" or response.status_code != 200:
             return response
         snap = view.snapshot()
@@ -237,54 +271,26 @@ def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | Non
             return Response("no finished run of this process has that report yet\n", status=404, mimetype="text/plain")
         return Response(path.read_bytes(), mimetype="text/html")
 
+    @web_ui.app.route(UI_SCRIPT_ROUTE)
+    @web_ui.auth_required_if_enabled
+    def _ui_script() -> Any:
+        return Response(script, mimetype="text/javascript")
+
+    @web_ui.app.route(LIVE_CHARTS_ROUTE)
+    @web_ui.auth_required_if_enabled
+    def _live_charts() -> Any:
+        return Response(view.charts(), mimetype="text/html")
+
     @web_ui.app.route("/loadgen/charts")
     @web_ui.auth_required_if_enabled
     def _charts() -> Any:
-        return Response(render_charts_page(view.history, view.snapshot()), mimetype="text/html")
+        return Response(render_charts_page(view.charts(), view.snapshot()), mimetype="text/html")
 
     return view
 
 
-def _svg_chart(title: str, points: list[tuple[float, list[float | None]]], width: int = 560, height: int = 220) -> str:
-    pad_l, pad_b, pad_t, pad_r = 56, 28, 24, 12
-    if not points:
-        return f'<figure class="chart" data-metric="{html.escape(title)}"><figcaption>{html.escape(title)}</figcaption><p>no data yet</p></figure>'
-    xs = [t for t, _ in points]
-    ys = [v for _, vals in points for v in vals if v is not None]
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    y1 = max(ys) * 1.1 if ys and max(ys) > 0 else 1.0
-
-    def sx(x: float) -> float:
-        return pad_l + (x - x0) / (x1 - x0) * (width - pad_l - pad_r)
-
-    def sy(y: float) -> float:
-        return height - pad_b - y / y1 * (height - pad_b - pad_t)
-
-    colors = ("#2b7bb9", "#e08a1e", "#c0392b")
-    lines = []
-    for i, label in enumerate(("p50", "p95", "p99")):
-        pts = " ".join(f"{sx(t):.1f},{sy(vals[i]):.1f}" for t, vals in points if vals[i] is not None)
-        lines.append(f'<polyline fill="none" stroke="{colors[i]}" stroke-width="1.6" points="{pts}"><title>{label}</title></polyline>')
-        lines.append(f'<text x="{width - pad_r - 40 * (3 - i)}" y="14" fill="{colors[i]}" font-size="11">{label}</text>')
-    axis = (
-        f'<line x1="{pad_l}" y1="{height - pad_b}" x2="{width - pad_r}" y2="{height - pad_b}" stroke="#888"/>'
-        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{height - pad_b}" stroke="#888"/>'
-        f'<text x="4" y="{pad_t + 4}" font-size="10">{y1:.1f} ms</text>'
-        f'<text x="4" y="{height - pad_b}" font-size="10">0</text>'
-        f'<text x="{pad_l}" y="{height - 8}" font-size="10">{x0:.0f}s</text>'
-        f'<text x="{width - pad_r - 30}" y="{height - 8}" font-size="10">{x1:.0f}s</text>'
-    )
-    return (
-        f'<figure class="chart" data-metric="{html.escape(title)}"><figcaption>{html.escape(title)}</figcaption>'
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">{axis}{"".join(lines)}</svg></figure>'
-    )
-
-
-def render_charts_page(history: list[dict[str, Any]], snapshot: dict[str, Any]) -> str:
-    charts = []
-    for metric in LIVE_METRICS:
-        pts = [(p["t"], p[metric]) for p in history if metric in p]
-        charts.append(_svg_chart(f"{metric} (ms, per interval)", pts))
+def render_charts_page(charts: str, snapshot: dict[str, Any]) -> str:
+    """The charts and the run's figures as a page of their own (``/loadgen/charts``)."""
     run_rows = "".join(
         f"<tr><th>{html.escape(r['key'])}</th><td>{html.escape(r['value'])}</td></tr>" for r in snapshot["run"]
     )
@@ -294,7 +300,7 @@ def render_charts_page(history: list[dict[str, Any]], snapshot: dict[str, Any]) 
         "figure{display:inline-block;margin:0 1em 1em 0}figcaption{font-weight:600}"
         "table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bottom:1px solid #ddd}</style>"
         "</head><body><h1>loadgen: live LLM metrics</h1>"
-        f"<table>{run_rows}</table>{''.join(charts)}</body></html>"
+        f"<table>{run_rows}</table>{charts}</body></html>"
     )
 
 

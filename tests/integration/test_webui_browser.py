@@ -222,14 +222,26 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             ended = {c[0]: c[1] for c in _rows(_browser(chromium, "--virtual-time-budget=4000", "--dump-dom", login + "/%3Ftab%3Dllm-run")) if len(c) == 2}
             assert ended["report"] == "/loadgen/report/ui" and ended["verdict"] == run_tab["verdict"], ended
 
-            # The chart page: one SVG per metric, with p50/p95/p99 lines over the run's intervals.
-            charts = _browser(chromium, "--virtual-time-budget=3000", "--dump-dom", login + "/loadgen/charts")
+            # The LLM tab's own charts, under its matrix (the page loads loadgen's script, which
+            # fetches them): one per metric with p50/p95/p99 and the turn classes' p95 over the
+            # run's intervals, ticked axes, and the coalesced reads against their bound.
             from loadgen.live.webui import LIVE_METRICS
 
-            assert charts.count("<svg") == len(LIVE_METRICS)
+            assert 'id="loadgen-live-charts"' in dom, dom[-3000:]
+            tab_charts = dom[dom.index('id="loadgen-live-charts"'):]
+            assert tab_charts.count("<svg") == len(LIVE_METRICS) + 1
+            assert tab_charts.count('class="xtick"') >= 2 * len(LIVE_METRICS) and 'class="ytick"' in tab_charts
+            assert "p95 first" in tab_charts and "p95 follow-up" in tab_charts
+            _browser(
+                chromium, "--virtual-time-budget=8000", "--window-size=1400,2300",
+                f"--screenshot={artifacts_dir / 'webui-llm-charts.png'}", login + "/%3Ftab%3Dllm",
+            )  # fmt: skip
+            # The same charts on a page of their own.
+            charts = _browser(chromium, "--virtual-time-budget=3000", "--dump-dom", login + "/loadgen/charts")
+            assert charts.count("<svg") == len(LIVE_METRICS) + 1
             lines = re.findall(r'<polyline[^>]* points="([^"]+)"', charts)
-            assert len(lines) == 3 * len(LIVE_METRICS)
-            assert all(len(pts.split()) >= 2 for pts in lines), lines
+            assert len(lines) >= 3 * len(LIVE_METRICS)
+            assert sum(len(pts.split()) >= 2 for pts in lines) >= 3 * len(LIVE_METRICS), lines
 
             # A second run from the form (the UI's "new" button): its own results directory, and
             # the live numbers and charts start over with it.
