@@ -153,10 +153,48 @@ UI_SCRIPT = """
       .then(function (text) { var b = place(); if (b && text) { b.innerHTML = text; } })
       .catch(function () {});
   }
+  // The start form: loadgen's options open and first, in the order a run is described; Locust's
+  // user count and ramp-up hidden (a run's users are its worker processes; their values stay).
+  var FIRST = FORM_ORDER;
+  function tidyForm() {
+    var users = document.querySelector('input[name="userCount"]');
+    var form = users && users.closest("form");
+    if (!form || form.dataset.loadgenTidied) { return; }
+    form.dataset.loadgenTidied = "1";
+    ["userCount", "spawnRate"].forEach(function (name) {
+      var input = form.querySelector('input[name="' + name + '"]');
+      var field = input && input.closest(".MuiFormControl-root");
+      if (field) { field.style.display = "none"; field.dataset.loadgenHidden = name; }
+    });
+    form.querySelectorAll(".MuiAccordionSummary-root").forEach(function (button) {
+      if (button.textContent.trim() !== "Custom parameters") { return; }
+      var section = button.closest(".MuiAccordion-root");
+      if (section) { section.style.order = "-1"; section.dataset.loadgenFirst = "1"; }
+      if (button.getAttribute("aria-expanded") === "false") { button.click(); }
+      var inputs = FIRST.map(function (n) { return section.querySelector('[name="' + n + '"]'); })
+        .filter(function (x) { return x; });
+      if (inputs.length < 2) { return; }
+      var box = inputs[0].parentElement;
+      while (box && !box.contains(inputs[1])) { box = box.parentElement; }
+      if (!box) { return; }
+      box.style.display = "flex";
+      box.style.flexDirection = "column";
+      Array.prototype.forEach.call(box.children, function (child) {
+        var named = child.querySelector("[name]");
+        var at = named ? FIRST.indexOf(named.getAttribute("name")) : -1;
+        child.style.order = String(at < 0 ? FIRST.length : at);
+        if (named) { child.dataset.loadgenOrder = child.style.order; }
+      });
+    });
+  }
   setInterval(refresh, 2000);
-  window.addEventListener("load", refresh);
+  setInterval(tidyForm, 300);
+  window.addEventListener("load", function () { refresh(); tidyForm(); });
   refresh();
 })();
 """
 
-__all__ = ["LINES", "UI_SCRIPT", "charts_html", "metric_series", "nice_ticks", "svg_chart"]
+# The start form's loadgen options, in this order first (the rest after, as Locust lists them).
+FORM_ORDER = ("workload", "arrival", "rate", "concurrency", "duration", "num_sessions", "seed", "slo", "warmup")
+
+__all__ = ["FORM_ORDER", "LINES", "UI_SCRIPT", "charts_html", "metric_series", "nice_ticks", "svg_chart"]

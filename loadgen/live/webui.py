@@ -29,7 +29,7 @@ from analysis.metric_registry import LIVE, metrics_for
 from analysis.metric_registry import TURN_CLASSES as REGISTRY_TURN_CLASSES
 from analysis.metric_registry import metric as registered_metric
 from analysis.slo import parse_slos
-from loadgen.live.live_charts import UI_SCRIPT, charts_html
+from loadgen.live.live_charts import FORM_ORDER, UI_SCRIPT, charts_html
 from loadgen.live.snapshot import SnapshotSource
 from loadgen.live.verdict_so_far import verdict_so_far
 
@@ -236,7 +236,9 @@ def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | Non
         {"href": REPORT_ROUTE, "title": "The last finished run's report (loadgen, HTML)"},
     ]
 
-    script = UI_SCRIPT.replace("LIVE_CHARTS_ROUTE", LIVE_CHARTS_ROUTE).encode()
+    script = (
+        UI_SCRIPT.replace("LIVE_CHARTS_ROUTE", LIVE_CHARTS_ROUTE).replace("FORM_ORDER", orjson.dumps(FORM_ORDER).decode())
+    ).encode()
 
     @web_ui.app.after_request
     def _extend_stats(response: Any) -> Any:

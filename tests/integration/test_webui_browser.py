@@ -136,6 +136,22 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             assert r.status_code == 200
             assert ui.get(f"{base}/loadgen/live.json", timeout=5).status_code == 200
 
+            # The start form in a real browser: loadgen's options open and first, in the order a
+            # run is described; Locust's user count and ramp-up hidden.
+            login = f"{base}/login_submit?username={USER}&password={PASSWORD}&next="
+            form_dom = _browser(chromium, "--virtual-time-budget=5000", "--dump-dom", login + "/")
+            hidden = re.findall(r'data-loadgen-hidden="(\w+)"', form_dom)
+            assert sorted(hidden) == ["spawnRate", "userCount"], form_dom[-3000:]
+            assert 'data-loadgen-first="1"' in form_dom
+            assert re.search(r'aria-expanded="true"[^>]*>\s*<span[^>]*>\s*<p[^>]*>Custom parameters', form_dom)
+            orders = {m[1]: int(m[0]) for m in re.findall(r'data-loadgen-order="(\d+)".*?name="(\w+)"', form_dom)}
+            assert orders["workload"] < orders["arrival"] < orders["rate"] < orders["duration"] < orders["seed"] < orders["slo"]
+            assert orders["adapter"] > orders["slo"], orders
+            _browser(
+                chromium, "--virtual-time-budget=5000", "--window-size=1200,1500",
+                f"--screenshot={artifacts_dir / 'webui-start-form.png'}", login + "/",
+            )  # fmt: skip
+
             # Start the run as the form does: Locust's fields plus loadgen's options.
             form = {
                 "user_count": "1", "spawn_rate": "1", "host": proc.url,
@@ -144,7 +160,6 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             }  # fmt: skip
             r = ui.post(f"{base}/swarm", data=form, timeout=10)
             assert r.json()["success"], r.text
-            login = f"{base}/login_submit?username={USER}&password={PASSWORD}&next="
             # While the run goes: the verdict tab says which way it is heading, first.
             _wait_for(lambda: ui.get(f"{base}/loadgen/live.json", timeout=5).json()["verdict"]["state"] != "waiting", 30, "a first merged request")
             dom = _browser(chromium, "--virtual-time-budget=4000", "--dump-dom", login + "/%3Ftab%3Dllm-run")
