@@ -253,7 +253,9 @@ typedef struct {
     int has_prefix;
 } Chunk;
 
-static int read_line(const char *line, Py_ssize_t n, int keep_reasoning, Chunk *ch) {
+enum { MODE_CHAT = 0, MODE_COMPLETIONS = 1 };
+
+static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasoning, Chunk *ch) {
     memset(ch, 0, sizeof(*ch));
     if (n == 0 || (n == 1 && line[0] == '\r')) return LINE_NOTHING;
     if (n >= 12 && memcmp(line, "data: [DONE]", 12) == 0 && (n == 12 || (n == 13 && line[12] == '\r')))
@@ -282,10 +284,21 @@ static int read_line(const char *line, Py_ssize_t n, int keep_reasoning, Chunk *
     if (q == NULL || c0.kind != J_OBJ) return LINE_FALLBACK;
     q = skip_ws(q, choices->end);
     if (*q != ']') return LINE_FALLBACK;
-    static const char *const c0_keys[] = {"index", "delta"};
-    JVal cv[2];
-    if (find_members(&c0, c0_keys, 2, cv) < 0) return LINE_FALLBACK;
+    static const char *const c0_keys[] = {"index", "delta", "text"};
+    JVal cv[3];
+    if (find_members(&c0, c0_keys, 3, cv) < 0) return LINE_FALLBACK;
     if (cv[0].kind != J_NONE && cv[0].kind != J_NULL && !is_literal_zero(&cv[0])) return LINE_FALLBACK;
+    if (mode == MODE_COMPLETIONS) {
+        /* choices[0].text: the text and the one token it stands for (_CompletionsStream) */
+        const JVal *text = &cv[2];
+        if (text->kind == J_NONE || text->kind == J_NULL) return LINE_NOTHING;
+        if (text->kind != J_STR) return LINE_FALLBACK;
+        if (text->empty) return LINE_NOTHING;
+        ch->generated = 1;
+        ch->content = *text;
+        ch->has_text = 1;
+        return LINE_CHUNK;
+    }
     const JVal *delta = &cv[1];
     if (delta->kind == J_NONE || delta->kind == J_NULL) return LINE_NOTHING;
     if (delta->kind != J_OBJ) return LINE_FALLBACK;
@@ -325,6 +338,7 @@ typedef struct {
     PyObject *parts;
     PyObject *py_take;      /* StreamState.take, bound */
     int keep_reasoning;
+    int mode;
 } ChatTaker;
 
 static PyObject *s_pending, *s_counts, *s_token_chunks, *s_coalesced, *s_reasoning, *s_output_ns, *s_done,
@@ -342,12 +356,22 @@ static void taker_dealloc(ChatTaker *self) {
 
 static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
     PyObject *state, *stream;
-    if (!PyArg_ParseTuple(args, "OO", &state, &stream)) return -1;
-    PyObject *keep = PyObject_GetAttr(stream, s_keep_reasoning);
-    if (keep == NULL) return -1;
-    self->keep_reasoning = PyObject_IsTrue(keep);
-    Py_DECREF(keep);
-    if (self->keep_reasoning < 0) return -1;
+    const char *mode = "openai-chat";
+    if (!PyArg_ParseTuple(args, "OO|s", &state, &stream, &mode)) return -1;
+    if (strcmp(mode, "openai-chat") == 0) {
+        self->mode = MODE_CHAT;
+        PyObject *keep = PyObject_GetAttr(stream, s_keep_reasoning);
+        if (keep == NULL) return -1;
+        self->keep_reasoning = PyObject_IsTrue(keep);
+        Py_DECREF(keep);
+        if (self->keep_reasoning < 0) return -1;
+    } else if (strcmp(mode, "openai-completions") == 0) {
+        self->mode = MODE_COMPLETIONS;
+        self->keep_reasoning = 0;
+    } else {
+        PyErr_Format(PyExc_ValueError, "ChatTaker: no compiled path for %s", mode);
+        return -1;
+    }
     Py_INCREF(state);
     Py_XSETREF(self->state, state);
     Py_INCREF(stream);
@@ -437,7 +461,7 @@ static PyObject *taker_take(ChatTaker *self, PyObject *const *args, Py_ssize_t n
             PyObject *line = PyList_GET_ITEM(lines, i);
             if (!PyBytes_Check(line)) break;
             Chunk ch;
-            int kind = read_line(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), self->keep_reasoning, &ch);
+            int kind = read_line(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), self->mode, self->keep_reasoning, &ch);
             if (kind == LINE_FALLBACK) break;
             if (kind == LINE_NOTHING) continue;
             if (kind == LINE_DONE) {
@@ -468,7 +492,8 @@ static PyTypeObject ChatTakerType = {
     .tp_basicsize = sizeof(ChatTaker),
     .tp_dealloc = (destructor)taker_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "ChatTaker(state, stream): an OpenAI chat stream's StreamState.take, its chunks in C.",
+    .tp_doc = "ChatTaker(state, stream, mode='openai-chat'): an OpenAI chat (or completions, mode "
+              "'openai-completions') stream's StreamState.take, its chunks in C.",
     .tp_methods = taker_methods,
     .tp_init = (initproc)taker_init,
     .tp_new = PyType_GenericNew,
@@ -479,9 +504,10 @@ static PyObject *py_read_line(PyObject *mod, PyObject *args) {
      * (generated, reasoning, text or None). */
     Py_buffer buf;
     int keep = 0;
-    if (!PyArg_ParseTuple(args, "y*|p", &buf, &keep)) return NULL;
+    const char *mode = "openai-chat";
+    if (!PyArg_ParseTuple(args, "y*|ps", &buf, &keep, &mode)) return NULL;
     Chunk ch;
-    int kind = read_line(buf.buf, buf.len, keep, &ch);
+    int kind = read_line(buf.buf, buf.len, strcmp(mode, "openai-completions") == 0 ? MODE_COMPLETIONS : MODE_CHAT, keep, &ch);
     PyObject *out;
     if (kind == LINE_FALLBACK) { out = Py_None; Py_INCREF(out); }
     else if (kind == LINE_NOTHING) out = PyUnicode_FromString("nothing");

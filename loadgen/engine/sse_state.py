@@ -171,11 +171,12 @@ def _data_value(line: bytes) -> bytes:
 
 
 def stream_take(st: StreamState) -> Callable[[list[bytes], int], bool]:
-    """``st.take``, or its compiled twin where one applies: an OpenAI chat stream (its adapter's
-    own stream class, not a subclass) read by the compiled reader. ``_chat.ChatTaker.take``
+    """``st.take``, or its compiled twin where one applies: an OpenAI chat or completions stream
+    (its adapter's own stream class, not a subclass) read by the compiled reader. ``_chat.ChatTaker.take``
     applies the chunk lines in their plain shapes in C, to the same state, and hands the first
     other line, with the rest, to ``st.take`` (loadgen/engine/_chat.c)."""
     stream = getattr(st.parse, "__self__", None)
-    if _chat is not None and READER == "compiled" and type(stream).__dict__.get("COMPILED_PATH") == "openai-chat":
-        return _chat.ChatTaker(st, stream).take
+    path = type(stream).__dict__.get("COMPILED_PATH")
+    if _chat is not None and READER == "compiled" and path in ("openai-chat", "openai-completions"):
+        return _chat.ChatTaker(st, stream, path).take
     return st.take

@@ -277,6 +277,7 @@ class _ChatStream(_OpenAIStream):
 
 class _CompletionsStream(_OpenAIStream):
     __slots__ = ()
+    COMPILED_PATH = "openai-completions"  # as _ChatStream's: loadgen/engine/_chat.c
 
     def parse_line(self, line: bytes) -> StreamEvent | None:
         obj = self._load(line)

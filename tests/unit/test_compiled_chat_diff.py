@@ -19,14 +19,22 @@ from loadgen.engine import sse_state
 from loadgen.engine.health import ChunkCounts
 from loadgen.engine.outcome import StreamResult
 from loadgen.engine.sse_state import StreamState
-from targets.adapters.openai import OpenAIChatAdapter
+from targets.adapters.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
 
 _chat = sse_state._chat
 pytestmark = pytest.mark.skipif(_chat is None, reason="the compiled chat path is not built (make setup builds it)")
 
 
-def _state(keep_reasoning: bool) -> tuple[StreamState, object]:
-    stream = OpenAIChatAdapter(reasoning_in_history=keep_reasoning).new_stream()
+CHAT, COMPLETIONS = "openai-chat", "openai-completions"
+# (adapter, keep reasoning in the text): both chat settings, and completions (no reasoning field)
+FLAVOURS = ((CHAT, False), (CHAT, True), (COMPLETIONS, False))
+
+
+def _state(keep_reasoning: bool, kind: str = CHAT) -> tuple[StreamState, object]:
+    if kind == CHAT:
+        stream = OpenAIChatAdapter(reasoning_in_history=keep_reasoning).new_stream()
+    else:
+        stream = OpenAICompletionsAdapter().new_stream()
     return StreamState(stream.parse_line, StreamResult(), ChunkCounts()), stream
 
 
@@ -38,9 +46,9 @@ def _snapshot(s: StreamState, stream) -> tuple:
     )  # fmt: skip
 
 
-def _run(reads: list[list[bytes]], keep_reasoning: bool, compiled: bool) -> list:
-    s, stream = _state(keep_reasoning)
-    take = _chat.ChatTaker(s, stream).take if compiled else s.take
+def _run(reads: list[list[bytes]], keep_reasoning: bool, compiled: bool, kind: str = CHAT) -> list:
+    s, stream = _state(keep_reasoning, kind)
+    take = _chat.ChatTaker(s, stream, kind).take if compiled else s.take
     out = []
     for i, lines in enumerate(reads):
         t = 1_000 + 10 * (i // 2)  # every other read shares a stamp: coalesced reads counted too
@@ -53,8 +61,8 @@ def _run(reads: list[list[bytes]], keep_reasoning: bool, compiled: bool) -> list
 
 
 def _same(reads: list[list[bytes]]) -> None:
-    for keep in (False, True):
-        assert _run(reads, keep, True) == _run(reads, keep, False), (keep, reads)
+    for kind, keep in FLAVOURS:
+        assert _run(reads, keep, True, kind) == _run(reads, keep, False, kind), (kind, keep, reads)
 
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6) | st.sampled_from(
@@ -92,6 +100,8 @@ def _chunk(draw) -> dict:
             c0["index"] = draw(st.sampled_from([0, 1, None, 0.0, "0", True, -1]))
         if draw(st.integers(0, 5)):
             c0["delta"] = draw(_delta())
+        if draw(st.integers(0, 2)) == 0:
+            c0["text"] = draw(TEXT | ODD)
         if draw(st.booleans()):
             c0["finish_reason"] = draw(st.sampled_from([None, "stop", "length"]))
         obj["choices"] = [c0] + ([{"index": draw(st.sampled_from([0, 1])), "delta": {"content": "z"}}] if draw(st.integers(0, 7)) == 0 else [])
@@ -143,6 +153,8 @@ def _plain_chunk(draw) -> dict:
         for key in draw(st.sets(st.sampled_from(["content", "reasoning_content", "reasoning", "tool_calls"]))):
             delta[key] = [{"index": 0}] if key == "tool_calls" else draw(st.sampled_from(["", None]) | PLAIN_TEXT)
     c0: dict = {"delta": delta}
+    if draw(st.booleans()):  # a completions chunk's text (the chat adapter reads only the delta)
+        c0["text"] = draw(st.sampled_from(["", None]) | PLAIN_TEXT)
     if draw(st.booleans()):
         c0["index"] = draw(st.sampled_from([0, None]))
     if draw(st.booleans()):
@@ -225,3 +237,16 @@ def test_the_worker_uses_it_only_for_the_chat_adapters_own_stream() -> None:
     custom = Custom()
     s2 = StreamState(custom.parse_line, StreamResult(), None)
     assert sse_state.stream_take(s2) == s2.take
+
+
+def test_a_completions_stream_is_taken_in_c_too() -> None:
+    lines = [
+        b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":"Hel","logprobs":null}]}',
+        b'data: {"id":"c","choices":[{"index":0,"text":"","finish_reason":"stop"}]}',
+        b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}',
+        b"data: [DONE]",
+    ]
+    _same([[x] for x in lines])
+    assert [_chat.read_line(x, False, COMPLETIONS) for x in lines] == [(1, 0, "Hel"), "nothing", None, "done"]
+    with pytest.raises(ValueError, match="no compiled path"):
+        _chat.ChatTaker(*_state(False), "anthropic-messages")
