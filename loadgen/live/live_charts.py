@@ -129,10 +129,11 @@ def charts_html(history: list[dict[str, Any]], metrics: Sequence[tuple[str, str]
 
 
 # Loaded by the web UI's page (``webui.install_web_ui`` adds it): while the LLM tab is open, it
-# fetches the charts every two seconds and shows them under the tab's table.
+# fetches the banner and the charts every two seconds and shows them above and under the tab's
+# table, so the tab is one view: where the run is heading, the matrix, the charts.
 UI_SCRIPT = """
 (function () {
-  var box = null;
+  var box = null, banner = null;
   function tab() { return new URLSearchParams(window.location.search).get("tab"); }
   function place() {
     var table = document.querySelector("table");
@@ -142,15 +143,24 @@ UI_SCRIPT = """
       box = document.createElement("div");
       box.id = "loadgen-live-charts";
       box.style.cssText = "display:flex;flex-wrap:wrap;gap:12px;margin:16px 0;font-family:sans-serif";
+      banner = document.createElement("div");
+      banner.id = "loadgen-live-banner";
+      banner.style.cssText = "margin:8px 0 12px;font-family:sans-serif;box-sizing:border-box;max-width:100%";
     }
     if (box.previousElementSibling !== host) { host.insertAdjacentElement("afterend", box); }
+    if (banner.nextElementSibling !== host) { host.insertAdjacentElement("beforebegin", banner); }
     return box;
   }
   function refresh() {
-    if (tab() !== "llm") { if (box && box.parentElement) { box.remove(); } return; }
+    if (tab() !== "llm") {
+      [box, banner].forEach(function (b) { if (b && b.parentElement) { b.remove(); } });
+      return;
+    }
     fetch("LIVE_CHARTS_ROUTE", {credentials: "same-origin"})
-      .then(function (r) { return r.ok ? r.text() : ""; })
-      .then(function (text) { var b = place(); if (b && text) { b.innerHTML = text; } })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (view) {
+        if (view && place()) { banner.innerHTML = view.banner; box.innerHTML = view.charts; }
+      })
       .catch(function () {});
   }
   // The start form: loadgen's options open and first, in the order a run is described; Locust's
@@ -194,7 +204,30 @@ UI_SCRIPT = """
 })();
 """
 
+# The banner's colours by the verdict so far's state (loadgen.live.verdict_so_far)
+_STATE_COLOURS = {"passing": "#1e7e34", "waiting": "#6c757d"}
+
+
+def banner_html(verdict_text: str, state: str, figures: Sequence[tuple[str, str]], report_href: str | None = None) -> str:
+    """The line above the matrix: the verdict so far (or the run's own, once it ended) and the
+    figures one looks at first, as (label, value) pairs; a link to the run's report once it has one."""
+    colour = _STATE_COLOURS.get(state, "#b02a37")
+    items = "".join(
+        f'<span class="loadgen-figure" style="white-space:nowrap"><b>{html.escape(k)}</b> '
+        f"{html.escape(v)}</span>"
+        for k, v in figures
+    )
+    if report_href is not None:
+        items += f'<a class="loadgen-report" href="{html.escape(report_href)}" target="_blank">the run\'s report</a>'
+    return (
+        f'<div class="loadgen-verdict" data-state="{html.escape(state)}" style="color:#fff;background:{colour};'
+        f'padding:8px 12px;border-radius:4px;font-weight:600">{html.escape(verdict_text)}</div>'
+        f'<div class="loadgen-figures" style="margin-top:8px;font-size:14px;display:flex;flex-wrap:wrap;gap:4px 18px;'
+        f'max-width:100%">{items}</div>'
+    )
+
+
 # The start form's loadgen options, in this order first (the rest after, as Locust lists them).
 FORM_ORDER = ("workload", "arrival", "rate", "concurrency", "duration", "num_sessions", "seed", "slo", "warmup")
 
-__all__ = ["FORM_ORDER", "LINES", "UI_SCRIPT", "charts_html", "metric_series", "nice_ticks", "svg_chart"]
+__all__ = ["FORM_ORDER", "LINES", "UI_SCRIPT", "banner_html", "charts_html", "metric_series", "nice_ticks", "svg_chart"]

@@ -33,6 +33,9 @@ class RunSnapshot:
     # (coalesced, token chunks) from the workers' own counts, as the final verdict reads them
     # (``engine.health.coalescing_counts``); None where no worker has reported them.
     coalescing: tuple[int, int] | None = None
+    # The run's planned session arrivals (runtime.accounting): None for a closed loop bounded by
+    # time, or before a run.
+    arrivals_planned: int | None = None
 
 
 SnapshotSource = Callable[[], RunSnapshot]

@@ -29,7 +29,7 @@ from analysis.metric_registry import LIVE, metrics_for
 from analysis.metric_registry import TURN_CLASSES as REGISTRY_TURN_CLASSES
 from analysis.metric_registry import metric as registered_metric
 from analysis.slo import parse_slos
-from loadgen.live.live_charts import FORM_ORDER, UI_SCRIPT, charts_html
+from loadgen.live.live_charts import FORM_ORDER, UI_SCRIPT, banner_html, charts_html
 from loadgen.live.snapshot import SnapshotSource
 from loadgen.live.verdict_so_far import verdict_so_far
 
@@ -52,7 +52,7 @@ def _fmt_ms(value_ms: float | None) -> str:
 def _fmt_count(n: float) -> str:
     return f"{n:,}" if isinstance(n, int) else f"{n:,.1f}"
 UI_SCRIPT_ROUTE = "/loadgen/ui.js"
-LIVE_CHARTS_ROUTE = "/loadgen/live-charts"  # the LLM tab's charts, as HTML
+LIVE_CHARTS_ROUTE = "/loadgen/live-charts"  # the LLM tab's banner and charts, as HTML in JSON
 REPORT_ROUTE = "/loadgen/report"  # a finished run's report.html: /loadgen/report/<run id>, or the last
 HISTORY_POINTS = 720  # 12 minutes at one point a second; older points are thinned
 
@@ -150,7 +150,8 @@ class LiveView:
             ("run", snap.config.run_id if snap.config else "-"),
             ("mode", snap.config.mode if snap.config else "-"),
             ("elapsed", f"{elapsed:.1f}s"),
-            ("sessions started", snap.sessions_started),
+            ("sessions planned", "-" if cfg is None else "unbounded (closed loop)" if snap.arrivals_planned is None else _fmt_count(snap.arrivals_planned)),
+            ("sessions started", _fmt_count(snap.sessions_started)),
             ("sessions in flight", snap.sessions_in_flight),
             ("requests on the wire", snap.requests_in_flight),
             ("requests done", _fmt_count(agg.requests)),
@@ -196,6 +197,23 @@ class LiveView:
         self.history.append(point)
         if len(self.history) > HISTORY_POINTS:
             self.history = self.history[::2]
+
+    def banner(self) -> str:
+        """The LLM tab's first line: the verdict so far (the run's own once it ended) and the
+        figures of the verdict tab one reads first."""
+        snap = self.snapshot()
+        rows = {r["key"]: r["value"] for r in snap["run"]}
+        final = snap.get("final")
+        if final is not None:
+            text = final["verdict"].removeprefix("loadgen verdict: ")
+            state = "passing" if final["exit_code"] == 0 else "failed"
+        else:
+            text, state = snap["verdict"]["text"], snap["verdict"]["state"]
+        keys = ("requests/s", "output tokens/s", "input tokens/s", "sessions planned", "sessions started", "sessions in flight",
+                "requests done", "requests on the wire", "errors", "SLO attainment", "goodput (req/s)")  # fmt: skip
+        figures = [(k, rows[k]) for k in keys if k in rows]
+        figures += [(k.removeprefix("errors: "), v) for k, v in rows.items() if k.startswith("errors: ")]
+        return banner_html(text, state, figures, final.get("report") if final is not None else None)
 
     def charts(self) -> str:
         """The tab's charts (``live_charts.charts_html``), with the run's percentile SLOs marked."""
@@ -281,7 +299,7 @@ def install_web_ui(environment: Any, snapshot: SnapshotSource) -> LiveView | Non
     @web_ui.app.route(LIVE_CHARTS_ROUTE)
     @web_ui.auth_required_if_enabled
     def _live_charts() -> Any:
-        return Response(view.charts(), mimetype="text/html")
+        return Response(orjson.dumps({"banner": view.banner(), "charts": view.charts()}), mimetype="application/json")
 
     @web_ui.app.route("/loadgen/charts")
     @web_ui.auth_required_if_enabled

@@ -305,6 +305,7 @@ class Collector(RuntimeBase):
             requests_in_flight=requests,
             workers=self._worker_counts(),
             coalescing=coalescing_counts(self._worker_states()),
+            arrivals_planned=self.accounting.arrivals_planned if self.accounting is not None else None,
         )
 
     def _on_test_stopping(self, environment: Any, **_: Any) -> None:

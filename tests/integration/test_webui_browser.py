@@ -160,16 +160,21 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             }  # fmt: skip
             r = ui.post(f"{base}/swarm", data=form, timeout=10)
             assert r.json()["success"], r.text
-            # While the run goes: the verdict tab says which way it is heading, first.
+            # While the run goes, the LLM tab is one view: where the run is heading, first, then the
+            # matrix filling in.
             _wait_for(lambda: ui.get(f"{base}/loadgen/live.json", timeout=5).json()["verdict"]["state"] != "waiting", 30, "a first merged request")
-            dom = _browser(chromium, "--virtual-time-budget=4000", "--dump-dom", login + "/%3Ftab%3Dllm-run")
-            verdict_rows = [c for c in _rows(dom) if len(c) == 2]
-            assert verdict_rows and verdict_rows[0][0] == "verdict so far", dom[-3000:]
+            dom = _browser(chromium, "--virtual-time-budget=4000", "--dump-dom", login + "/%3Ftab%3Dllm")
+            assert ui.get(f"{base}/stats/requests", timeout=5).json()["state"] != "stopped", "the run ended before the check"
+            banner = re.search(r'class="loadgen-verdict" data-state="([^"]+)"[^>]*>([^<]+)<', dom)
+            assert banner, dom[-3000:]
             # Passing, unless this (shared, busy) machine made the generator late or coalesce reads:
             # then it says so, as the final verdict would.
-            assert verdict_rows[0][1].startswith(("passing so far: ", "generator saturated so far: ")), verdict_rows[0]
-            assert verdict_rows[1][0] == "generator" and verdict_rows[1][1].startswith(("healthy: ", "saturated: "))
-            assert ui.get(f"{base}/stats/requests", timeout=5).json()["state"] != "stopped", "the run ended before the check"
+            assert (banner[1], banner[2].split(":")[0]) in (("passing", "passing so far"), ("generator saturated", "generator saturated so far")), banner.groups()
+            assert dom.index('id="loadgen-live-banner"') < dom.index("<table")
+            figures = dict(re.findall(r'class="loadgen-figure"[^>]*><b>([^<]+)</b> ([^<]+)<', dom))
+            assert {"requests/s", "sessions planned", "sessions in flight", "requests on the wire", "errors"} <= set(figures), figures
+            live_matrix = [c for c in _rows(dom) if len(c) == 8]
+            assert live_matrix and live_matrix[0][:2] == ["TTFT", "all"] and int(live_matrix[0][2].replace(",", "")) > 0
             _wait_for(lambda: ui.get(f"{base}/stats/requests", timeout=5).json()["state"] == "stopped", 60, "the run's end")
             run_dir = results / "ui"
             _wait_for(lambda: orjson.loads((run_dir / "run.json").read_bytes()).get("status") == "complete", 30, "run.json")
@@ -236,6 +241,10 @@ def test_llm_tab_charts_login_and_reset_in_a_real_browser(tmp_path, chromium, ar
             assert (artifacts_dir / "webui-llm-verdict-tab.png").stat().st_size > 10_000
             ended = {c[0]: c[1] for c in _rows(_browser(chromium, "--virtual-time-budget=4000", "--dump-dom", login + "/%3Ftab%3Dllm-run")) if len(c) == 2}
             assert ended["report"] == "/loadgen/report/ui" and ended["verdict"] == run_tab["verdict"], ended
+            assert ended["generator"].startswith(("healthy: ", "saturated: ")), ended
+            tab = _browser(chromium, "--virtual-time-budget=4000", "--dump-dom", login + "/%3Ftab%3Dllm")
+            assert re.search(r'<a class="loadgen-report" href="/loadgen/report/ui"', tab), tab[-3000:]
+            assert int(ended["sessions planned"].replace(",", "")) == int(ended["sessions started"].replace(",", "")) > 0, ended
 
             # The LLM tab's own charts, under its matrix (the page loads loadgen's script, which
             # fetches them): one per metric with p50/p95/p99 and the turn classes' p95 over the

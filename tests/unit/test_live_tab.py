@@ -138,3 +138,20 @@ def test_coalesced_reads_come_from_the_workers_counts_where_they_reported_them()
     assert v.generator.coalesced_share == 0.3 and v.state == GENERATOR_SATURATED
     assert verdict_so_far(agg, [], 10_000, coalescing=(1, 100)).state == PASSING
     assert verdict_so_far(agg, [], 10_000, coalescing=(0, 0)).generator.coalesced_share == 0.0
+
+
+def test_the_banner_leads_with_the_verdict_so_far_then_the_runs_own() -> None:
+    rng = random.Random(6)
+    agg = _aggregate([_record(i, rng, ok=i != 5) for i in range(30)])
+    cfg = SimpleNamespace(run_id="r7", mode="open", slos=[], max_schedule_lag_us=10_000)
+    ended: list[float | None] = [None]
+    view = LiveView(lambda: RunSnapshot(config=cfg, aggregate=agg, t0_unix_s=1.0, t_end_unix_s=ended[0], arrivals_planned=40))
+    banner = view.banner()
+    assert re.search(r'data-state="failed requests"[^>]*>1 of 30 requests failed so far \(http_5xx 1\)<', banner)
+    figures = dict(re.findall(r"<b>([^<]+)</b> ([^<]+)<", banner))
+    assert figures["sessions planned"] == "40" and figures["requests done"] == "30" and figures["http_5xx"] == "1"
+    ended[0] = 2.0
+    view.run_ended("r7", "loadgen verdict: FAIL (exit 1): 1 of 30 requests failed (http_5xx 1)", 1, None)
+    banner = view.banner()
+    assert 'data-state="failed"' in banner and ">FAIL (exit 1): 1 of 30 requests failed (http_5xx 1)<" in banner
+    assert "report" not in dict(re.findall(r"<b>([^<]+)</b> ([^<]+)<", banner))
