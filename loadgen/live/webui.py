@@ -211,7 +211,9 @@ class LiveView:
             text, state = snap["verdict"]["text"], snap["verdict"]["state"]
         keys = ("requests/s", "output tokens/s", "input tokens/s", "sessions planned", "sessions started", "sessions in flight",
                 "requests done", "requests on the wire", "errors", "SLO attainment", "goodput (req/s)")  # fmt: skip
-        figures = [(k, rows[k]) for k in keys if k in rows]
+        # Each percentile SLO passing or failing, and the generator's health, first: the verdict's parts.
+        figures = [(k, v) for k, v in rows.items() if k.startswith("SLO ") or k == "generator"]
+        figures += [(k, rows[k]) for k in keys if k in rows]
         figures += [(k.removeprefix("errors: "), v) for k, v in rows.items() if k.startswith("errors: ")]
         return banner_html(text, state, figures, final.get("report") if final is not None else None)
 

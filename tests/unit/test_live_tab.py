@@ -143,13 +143,15 @@ def test_coalesced_reads_come_from_the_workers_counts_where_they_reported_them()
 def test_the_banner_leads_with_the_verdict_so_far_then_the_runs_own() -> None:
     rng = random.Random(6)
     agg = _aggregate([_record(i, rng, ok=i != 5) for i in range(30)])
-    cfg = SimpleNamespace(run_id="r7", mode="open", slos=[], max_schedule_lag_us=10_000)
+    cfg = SimpleNamespace(run_id="r7", mode="open", slos=["ttft_p99=10s"], max_schedule_lag_us=10_000)
     ended: list[float | None] = [None]
     view = LiveView(lambda: RunSnapshot(config=cfg, aggregate=agg, t0_unix_s=1.0, t_end_unix_s=ended[0], arrivals_planned=40))
     banner = view.banner()
     assert re.search(r'data-state="failed requests"[^>]*>1 of 30 requests failed so far \(http_5xx 1\)<', banner)
+    assert re.search(r"<b>SLO ttft_p99=10s</b> [0-9.]+ms \(passing\)<", banner), banner
     figures = dict(re.findall(r"<b>([^<]+)</b> ([^<]+)<", banner))
     assert figures["sessions planned"] == "40" and figures["requests done"] == "30" and figures["http_5xx"] == "1"
+    assert figures["generator"].startswith("healthy: schedule lag p99")
     ended[0] = 2.0
     view.run_ended("r7", "loadgen verdict: FAIL (exit 1): 1 of 30 requests failed (http_5xx 1)", 1, None)
     banner = view.banner()
