@@ -9,15 +9,15 @@ from .runs import loadgen, percentile, records, run_dir, sim
 
 pytestmark = pytest.mark.slow
 
-RATE_PER_S = 10.0
-DURATION_S = 12.0  # 120 constant arrivals: one more or less moves the rate by 0.8%
+RATE_PER_S = 20.0
+DURATION_S = 6.0  # 120 constant arrivals: one more or less moves the rate by 0.8%
 
 
 def test_session_arrival_rate_holds_when_sessions_outlast_the_gaps_by_far(tmp_path) -> None:
     results = tmp_path / "results"
-    # The H200 profile 40x slower: a 16-token reply takes ~1.5 s, a session of 2-3 turns ~3-5 s,
-    # i.e. 30-50x the 0.1 s between arrivals. A closed-loop generator would fall behind here.
-    with sim(tmp_path, "--profile", "h200-llama3-8b-fp8", "--time-scale", "40", "--seed", "4") as (proc, _):
+    # The H200 profile 20x slower: a 16-token reply takes ~0.75 s, a session of 2-3 turns ~1.5-2.5
+    # s, i.e. 30-50x the 0.05 s between arrivals. A closed-loop generator would fall behind here.
+    with sim(tmp_path, "--profile", "h200-llama3-8b-fp8", "--time-scale", "20", "--seed", "4") as (proc, _):
         r = loadgen(
             "run", "--target", proc.url, "--workload", "tiny", "--arrival", "constant",
             "--rate", str(RATE_PER_S), "--duration", f"{DURATION_S:g}s", "--seed", "4",
