@@ -22,6 +22,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_DEPTH 32
 
@@ -339,8 +340,13 @@ typedef struct {
     PyObject *py_take;      /* StreamState.take, bound */
     int keep_reasoning;
     int mode;
+    PyObject *resp;         /* consume(): the StampedResponse, its compiled BodyReader, the receive */
+    PyObject *reader;       /* delays (a list, or None), and the state's dispatch */
+    PyObject *delays;
+    PyObject *dispatch;
 } ChatTaker;
 
+static PyObject *s_dispatch, *s_consume, *s_t_recv_ns, *s_feed, *s_complete, *s_message_complete, *s_take_lines;
 static PyObject *s_pending, *s_counts, *s_token_chunks, *s_coalesced, *s_reasoning, *s_output_ns, *s_done,
     *s_counted, *s_keep_reasoning, *s_chunk_ns, *s_chunk_tokens, *s_parts, *s_take;
 
@@ -351,6 +357,10 @@ static void taker_dealloc(ChatTaker *self) {
     Py_XDECREF(self->chunk_tokens);
     Py_XDECREF(self->parts);
     Py_XDECREF(self->py_take);
+    Py_XDECREF(self->resp);
+    Py_XDECREF(self->reader);
+    Py_XDECREF(self->delays);
+    Py_XDECREF(self->dispatch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -480,7 +490,86 @@ static PyObject *taker_take(ChatTaker *self, PyObject *const *args, Py_ssize_t n
     return r;
 }
 
+/* bind(resp, body_reader, delays) -> consume: the stream reader's callback for this reply,
+ * client._follow's consume in C: the receive delay, the read into the compiled body reader, its
+ * lines to take (the state's dispatch at the body's end). */
+static PyObject *taker_bind(ChatTaker *self, PyObject *args) {
+    PyObject *resp, *reader, *delays;
+    if (!PyArg_ParseTuple(args, "OOO:bind", &resp, &reader, &delays)) return NULL;
+    if (delays != Py_None && !PyList_Check(delays)) {
+        PyErr_SetString(PyExc_TypeError, "bind: delays must be a list or None");
+        return NULL;
+    }
+    PyObject *dispatch = PyObject_GetAttr(self->state, s_dispatch);
+    if (dispatch == NULL) return NULL;
+    Py_INCREF(resp);
+    Py_XSETREF(self->resp, resp);
+    Py_INCREF(reader);
+    Py_XSETREF(self->reader, reader);
+    Py_INCREF(delays);
+    Py_XSETREF(self->delays, delays);
+    Py_XSETREF(self->dispatch, dispatch);
+    return PyObject_GetAttr((PyObject *)self, s_consume);
+}
+
+static PyObject *taker_consume(ChatTaker *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || self->reader == NULL) {
+        PyErr_SetString(PyExc_TypeError, "consume(data, t_recv_ns), after bind()");
+        return NULL;
+    }
+    PyObject *data = args[0], *t_obj = args[1];
+    long long t_ns = PyLong_AsLongLong(t_obj);
+    if (t_ns == -1 && PyErr_Occurred()) return NULL;
+    if (PyObject_SetAttr(self->resp, s_t_recv_ns, t_obj) < 0) return NULL;
+    if (self->delays != Py_None) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);  /* time.perf_counter_ns's clock on Linux */
+        PyObject *d = PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - t_ns);
+        if (d == NULL) return NULL;
+        int r = PyList_Append(self->delays, d);
+        Py_DECREF(d);
+        if (r < 0) return NULL;
+    }
+    PyObject *fed = PyObject_CallMethodOneArg(self->reader, s_feed, data);
+    if (fed == NULL) return NULL;
+    Py_DECREF(fed);
+    PyObject *complete = PyObject_GetAttr(self->reader, s_complete);
+    if (complete == NULL) return NULL;
+    int r = PyObject_SetAttr(self->resp, s_message_complete, complete);
+    Py_DECREF(complete);
+    if (r < 0) return NULL;
+    for (;;) {
+        PyObject *lines = PyObject_CallMethodNoArgs(self->reader, s_take_lines);
+        if (lines == NULL) return NULL;
+        if (lines == Py_None) { Py_DECREF(lines); Py_RETURN_FALSE; }
+        if (!PyList_Check(lines)) {
+            Py_DECREF(lines);
+            PyErr_SetString(PyExc_TypeError, "consume: take_lines() gave neither a list nor None");
+            return NULL;
+        }
+        if (PyList_GET_SIZE(lines) == 0) {
+            Py_DECREF(lines);
+            PyObject *d = PyObject_CallNoArgs(self->dispatch);
+            if (d == NULL) return NULL;
+            Py_DECREF(d);
+            Py_RETURN_TRUE;
+        }
+        PyObject *targs[2] = {lines, t_obj};
+        PyObject *done = taker_take(self, targs, 2);
+        Py_DECREF(lines);
+        if (done == NULL) return NULL;
+        int last = PyObject_IsTrue(done);
+        Py_DECREF(done);
+        if (last < 0) return NULL;
+        if (last) Py_RETURN_TRUE;
+    }
+}
+
 static PyMethodDef taker_methods[] = {
+    {"bind", (PyCFunction)taker_bind, METH_VARARGS,
+     "bind(resp, body_reader, delays) -> consume(data, t_recv_ns) -> bool: the reply's reads, in C."},
+    {"consume", (PyCFunction)(void (*)(void))taker_consume, METH_FASTCALL,
+     "consume(data, t_recv_ns) -> bool: one read of the reply (after bind)."},
     {"take", (PyCFunction)(void (*)(void))taker_take, METH_FASTCALL,
      "take(lines, t_recv_ns) -> bool: StreamState.take, chat chunks in C (module docstring)."},
     {NULL, NULL, 0, NULL},
@@ -550,6 +639,13 @@ PyMODINIT_FUNC PyInit__chat(void) {
     INTERN(s_chunk_tokens, "chunk_tokens");
     INTERN(s_parts, "parts");
     INTERN(s_take, "take");
+    INTERN(s_dispatch, "dispatch");
+    INTERN(s_consume, "consume");
+    INTERN(s_t_recv_ns, "t_recv_ns");
+    INTERN(s_feed, "feed");
+    INTERN(s_complete, "complete");
+    INTERN(s_message_complete, "message_complete");
+    INTERN(s_take_lines, "take_lines");
     if (PyType_Ready(&ChatTakerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&chat_module);
     if (m == NULL) return NULL;

@@ -497,23 +497,7 @@ class SessionConnection:
                 delays.append(_perf_ns() - resp.t_recv_ns)
             if take(lines, resp.t_recv_ns):
                 return
-        take_lines = resp.take_lines
-        feed_body = resp.feed_body
-
-        def consume(data: bytes, t_recv_ns: int) -> bool:
-            resp.t_recv_ns = t_recv_ns
-            if delays is not None:
-                delays.append(_perf_ns() - t_recv_ns)
-            feed_body(data)
-            while (lines := take_lines()) is not None:
-                if not lines:
-                    st.dispatch()
-                    return True
-                if take(lines, t_recv_ns):
-                    return True
-            return False
-
-        reader.follow(self._sock, self._block_size, consume)
+        reader.follow(self._sock, self._block_size, _consume_of(resp, st, take, delays))
 
     def _read_whole(self, resp: StampedResponse, adapter: Adapter, res: StreamResult) -> None:
         self._phase = "reading the response body"
@@ -673,6 +657,36 @@ class SessionConnection:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + prepared.body
 
     _fail = staticmethod(fail)
+
+
+def _consume_of(
+    resp: StampedResponse, st: StreamState, take: Callable[[list[bytes], int], bool], delays: list | None
+) -> Callable[[bytes, int], bool]:
+    """The stream reader's callback for one reply's reads: the receive delay, the read into the
+    body reader, its lines to ``take`` (``st.dispatch`` at the body's end). In C where the compiled
+    body reader and the compiled chunk path both read this reply (``_chat.ChatTaker.bind``), else
+    this function's Python one, the reference."""
+    taker = getattr(take, "__self__", None)
+    body_reader = resp.compiled_body
+    if body_reader is not None and hasattr(taker, "bind"):
+        return taker.bind(resp, body_reader, delays)
+    take_lines = resp.take_lines
+    feed_body = resp.feed_body
+
+    def consume(data: bytes, t_recv_ns: int) -> bool:
+        resp.t_recv_ns = t_recv_ns
+        if delays is not None:
+            delays.append(_perf_ns() - t_recv_ns)
+        feed_body(data)
+        while (lines := take_lines()) is not None:
+            if not lines:
+                st.dispatch()
+                return True
+            if take(lines, t_recv_ns):
+                return True
+        return False
+
+    return consume
 
 
 def _compiled_reader() -> bool:

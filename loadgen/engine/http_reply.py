@@ -149,6 +149,11 @@ class StampedResponse(HTTPResponse):
         return r.ended_mid_line if r is not None else self._ended_mid_line
 
     @property
+    def compiled_body(self) -> object | None:
+        """The compiled ``BodyReader`` reading this body, or None on the Python path."""
+        return self._body_reader
+
+    @property
     def reader(self) -> str:
         """Which reader read this body: "compiled" or "python"."""
         return "compiled" if self._body_reader is not None else "python"

@@ -250,3 +250,56 @@ def test_a_completions_stream_is_taken_in_c_too() -> None:
     assert [_chat.read_line(x, False, COMPLETIONS) for x in lines] == [(1, 0, "Hel"), "nothing", None, "done"]
     with pytest.raises(ValueError, match="no compiled path"):
         _chat.ChatTaker(*_state(False), "anthropic-messages")
+
+
+class _Head:
+    """A socket that returns a reply's head, then nothing more (the body comes through consume)."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+
+    def recv(self, _n: int) -> bytes:
+        out, self.head = self.head, b""
+        return out
+
+
+def _consume_run(pieces: list[bytes], chunked: bool, compiled_consume: bool) -> list:
+    from loadgen.engine.client import _consume_of
+    from loadgen.engine.http_reply import StampedResponse
+
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+    head += b"transfer-encoding: chunked\r\n\r\n" if chunked else b"connection: close\r\n\r\n"
+    resp = StampedResponse(_Head(head), 65536, False, 1 << 16, True)
+    resp.read_headers()
+    assert resp.compiled_body is not None
+    s, stream = _state(False)
+    take = _chat.ChatTaker(s, stream).take if compiled_consume else s.take
+    delays: list[int] = []
+    consume = _consume_of(resp, s, take, delays)
+    assert (getattr(consume, "__self__", None) is not None) == compiled_consume
+    out = []
+    for i, data in enumerate(pieces):
+        t = 5_000 + 7 * (i // 2)
+        try:
+            out.append(("ok", consume(data, t), _snapshot(s, stream), resp.t_recv_ns, resp.message_complete, len(delays)))
+        except Exception as e:
+            out.append(("raised", type(e), str(e), _snapshot(s, stream)))
+            break
+    return out
+
+
+def _framed(lines: list[bytes], cuts: list[int], chunked: bool) -> list[bytes]:
+    body = b"".join(x + b"\n" for x in lines)
+    if chunked:
+        body = b"".join(b"%x\r\n%s\r\n" % (len(x) + 1, x + b"\n") for x in lines) + b"0\r\n\r\n"
+    points = sorted({c % (len(body) + 1) for c in cuts})
+    pieces = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True) if b > a]
+    return [*pieces, b""]  # the peer closes at the end
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_line(), min_size=1, max_size=8), st.lists(st.integers(0, 4000), max_size=6), st.booleans())
+def test_the_compiled_consume_reads_a_reply_as_the_python_one(lines: list[bytes], cuts: list[int], chunked: bool) -> None:
+    lines = [x.replace(b"\n", b" ").replace(b"\r", b" ") for x in lines]  # one line each
+    pieces = _framed(lines, cuts, chunked)
+    assert _consume_run(pieces, chunked, True) == _consume_run(pieces, chunked, False)
