@@ -247,6 +247,7 @@ enum { LINE_FALLBACK = -1, LINE_NOTHING = 0, LINE_CHUNK = 1, LINE_DONE = 2 };
 
 typedef struct {
     int generated;
+    long tokens;        /* a generated chunk's tokens: 1, or llama-server's tokens list's length */
     int reasoning;
     JVal content;       /* J_STR when it is the text (with reasoning_prefix before it, if any) */
     JVal text_prefix;   /* reasoning kept in the text (keep_reasoning) */
@@ -254,18 +255,55 @@ typedef struct {
     int has_prefix;
 } Chunk;
 
-enum { MODE_CHAT = 0, MODE_COMPLETIONS = 1 };
+enum { MODE_CHAT = 0, MODE_COMPLETIONS = 1, MODE_LLAMA = 2 };
+
+/* llama-server's native /completion chunk (targets/adapters/llamacpp.py, _LlamaStream): the
+ * top-level "content", its tokens' count ("tokens", a list of ids, else one), and no "stop". */
+static int read_llama(const JVal *top, Chunk *ch) {
+    static const char *const keys[] = {"error", "object", "content", "stop", "tokens"};
+    JVal v[5];
+    if (find_members(top, keys, 5, v) < 0) return LINE_FALLBACK;
+    if (v[0].kind != J_NONE) return LINE_FALLBACK;
+    if (v[1].kind == J_STR && (v[1].escaped || (v[1].end - v[1].start == 7 && memcmp(v[1].start, "\"error\"", 7) == 0)))
+        return LINE_FALLBACK;
+    if (v[3].kind != J_NONE && v[3].kind != J_NULL && v[3].kind != J_FALSE) return LINE_FALLBACK;  /* the last chunk */
+    if (v[2].kind != J_NONE && v[2].kind != J_NULL && v[2].kind != J_STR) return LINE_FALLBACK;
+    if (v[2].kind != J_STR || v[2].empty) return LINE_NOTHING;
+    long tokens = 1;
+    if (v[4].kind == J_ARR && !v[4].empty) {
+        tokens = 0;
+        const char *q = v[4].start + 1;
+        for (;;) {
+            JVal item;
+            q = scan_value(q, v[4].end, 1, &item);
+            if (q == NULL) return LINE_FALLBACK;
+            tokens++;
+            q = skip_ws(q, v[4].end);
+            if (*q == ',') { q++; continue; }
+            break;
+        }
+    } else if (v[4].kind != J_NONE && v[4].kind != J_NULL && v[4].kind != J_ARR) {
+        return LINE_FALLBACK;
+    }
+    ch->generated = 1;
+    ch->tokens = tokens;
+    ch->content = v[2];
+    ch->has_text = 1;
+    return LINE_CHUNK;
+}
 
 static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasoning, Chunk *ch) {
     memset(ch, 0, sizeof(*ch));
+    ch->tokens = 1;
     if (n == 0 || (n == 1 && line[0] == '\r')) return LINE_NOTHING;
-    if (n >= 12 && memcmp(line, "data: [DONE]", 12) == 0 && (n == 12 || (n == 13 && line[12] == '\r')))
+    if (mode != MODE_LLAMA && n >= 12 && memcmp(line, "data: [DONE]", 12) == 0 && (n == 12 || (n == 13 && line[12] == '\r')))
         return LINE_DONE;
     if (n < 7 || memcmp(line, "data: {", 7) != 0) return LINE_FALLBACK;
     const char *end = line + n;
     JVal top;
     const char *p = scan_value(line + 6, end, 0, &top);
     if (p == NULL || skip_ws(p, end) != end) return LINE_FALLBACK;
+    if (mode == MODE_LLAMA) return read_llama(&top, ch);
     static const char *const top_keys[] = {"error", "object", "usage", "timings", "choices"};
     JVal tv[5];
     if (find_members(&top, top_keys, 5, tv) < 0) return LINE_FALLBACK;
@@ -378,6 +416,9 @@ static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
     } else if (strcmp(mode, "openai-completions") == 0) {
         self->mode = MODE_COMPLETIONS;
         self->keep_reasoning = 0;
+    } else if (strcmp(mode, "llama-server") == 0) {
+        self->mode = MODE_LLAMA;
+        self->keep_reasoning = 0;
     } else {
         PyErr_Format(PyExc_ValueError, "ChatTaker: no compiled path for %s", mode);
         return -1;
@@ -428,13 +469,15 @@ static int apply_chunk(ChatTaker *self, const Chunk *ch, PyObject *t_obj, long l
         }
         Py_DECREF(counts);
         if (PyList_Append(self->chunk_ns, t_obj) < 0) return -1;
-        PyObject *one = PyLong_FromLong(1);
-        int r = PyList_Append(self->chunk_tokens, one);
-        Py_DECREF(one);
+        PyObject *tokens = PyLong_FromLong(ch->tokens);
+        if (tokens == NULL) return -1;
+        int r = PyList_Append(self->chunk_tokens, tokens);
+        Py_DECREF(tokens);
         if (r < 0) return -1;
-        if (add_to_attr(self->stream, s_counted, 1) < 0) return -1;
+        /* the OpenAI streams count their tokens for continuous usage (_OpenAIStream.counted) */
+        if (self->mode != MODE_LLAMA && add_to_attr(self->stream, s_counted, ch->tokens) < 0) return -1;
         if (ch->reasoning) {
-            if (add_to_attr(self->state, s_reasoning, 1) < 0) return -1;
+            if (add_to_attr(self->state, s_reasoning, ch->tokens) < 0) return -1;
         } else {
             PyObject *out = PyObject_GetAttr(self->state, s_output_ns);
             if (out == NULL) return -1;
@@ -596,7 +639,8 @@ static PyObject *py_read_line(PyObject *mod, PyObject *args) {
     const char *mode = "openai-chat";
     if (!PyArg_ParseTuple(args, "y*|ps", &buf, &keep, &mode)) return NULL;
     Chunk ch;
-    int kind = read_line(buf.buf, buf.len, strcmp(mode, "openai-completions") == 0 ? MODE_COMPLETIONS : MODE_CHAT, keep, &ch);
+    int m = strcmp(mode, "openai-completions") == 0 ? MODE_COMPLETIONS : strcmp(mode, "llama-server") == 0 ? MODE_LLAMA : MODE_CHAT;
+    int kind = read_line(buf.buf, buf.len, m, keep, &ch);
     PyObject *out;
     if (kind == LINE_FALLBACK) { out = Py_None; Py_INCREF(out); }
     else if (kind == LINE_NOTHING) out = PyUnicode_FromString("nothing");
@@ -607,7 +651,8 @@ static PyObject *py_read_line(PyObject *mod, PyObject *args) {
             text = string_value(&ch.content, ch.has_prefix ? &ch.text_prefix : NULL);
             if (text == NULL) { PyBuffer_Release(&buf); return NULL; }
         } else Py_INCREF(text);
-        out = Py_BuildValue("(iiN)", ch.generated, ch.reasoning, text);
+        out = m == MODE_LLAMA ? Py_BuildValue("(liN)", ch.tokens, ch.reasoning, text)
+                              : Py_BuildValue("(iiN)", ch.generated, ch.reasoning, text);
     }
     PyBuffer_Release(&buf);
     return out;

@@ -89,6 +89,8 @@ class LlamaServerAdapter(Adapter):
 
 class _LlamaStream:
     __slots__ = ()
+    # loadgen/engine/_chat.c applies this parse_line, in C, to the chunks in their plain shapes
+    COMPILED_PATH = "llama-server"
 
     def parse_line(self, line: bytes) -> StreamEvent | None:
         if line.startswith(b"data:"):

@@ -19,22 +19,26 @@ from loadgen.engine import sse_state
 from loadgen.engine.health import ChunkCounts
 from loadgen.engine.outcome import StreamResult
 from loadgen.engine.sse_state import StreamState
+from targets.adapters.llamacpp import LlamaServerAdapter
 from targets.adapters.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
 
 _chat = sse_state._chat
 pytestmark = pytest.mark.skipif(_chat is None, reason="the compiled chat path is not built (make setup builds it)")
 
 
-CHAT, COMPLETIONS = "openai-chat", "openai-completions"
-# (adapter, keep reasoning in the text): both chat settings, and completions (no reasoning field)
-FLAVOURS = ((CHAT, False), (CHAT, True), (COMPLETIONS, False))
+CHAT, COMPLETIONS, LLAMA = "openai-chat", "openai-completions", "llama-server"
+# (adapter, keep reasoning in the text): both chat settings, completions and llama-server's native
+# stream (no reasoning field)
+FLAVOURS = ((CHAT, False), (CHAT, True), (COMPLETIONS, False), (LLAMA, False))
 
 
 def _state(keep_reasoning: bool, kind: str = CHAT) -> tuple[StreamState, object]:
     if kind == CHAT:
         stream = OpenAIChatAdapter(reasoning_in_history=keep_reasoning).new_stream()
-    else:
+    elif kind == COMPLETIONS:
         stream = OpenAICompletionsAdapter().new_stream()
+    else:
+        stream = LlamaServerAdapter().new_stream()
     return StreamState(stream.parse_line, StreamResult(), ChunkCounts()), stream
 
 
@@ -42,7 +46,7 @@ def _snapshot(s: StreamState, stream) -> tuple:
     return (
         list(s.chunk_ns), list(s.chunk_tokens), "".join(s.parts), s.reasoning, s.output_ns, s.done,
         None if s.error is None else (s.error.error, s.error.error_code), s.usage, s.timings, s.pending,
-        s.counts.token_chunks, s.counts.coalesced, stream.counted,
+        s.counts.token_chunks, s.counts.coalesced, getattr(stream, "counted", None),
     )  # fmt: skip
 
 
@@ -167,7 +171,26 @@ def _plain_chunk(draw) -> dict:
 
 
 @st.composite
+def _llama_chunk(draw) -> dict:
+    """llama-server's native /completion chunks: content, its token ids, stop (and its end's fields)."""
+    obj: dict = {"content": draw(PLAIN_TEXT | st.sampled_from(["", None]) | (TEXT | ODD if draw(st.integers(0, 4)) == 0 else PLAIN_TEXT)),
+                 "stop": draw(st.sampled_from([False, False, False, True, None, 0]))}  # fmt: skip
+    if draw(st.booleans()):
+        obj["tokens"] = draw(st.lists(st.integers(0, 50000), max_size=4) | st.sampled_from([None, 5, "x", {}]))
+    if draw(st.booleans()):
+        obj["id_slot"] = 0
+    if obj["stop"]:
+        obj.update(tokens_predicted=7, tokens_evaluated=30, timings={"prompt_n": 30, "cache_n": 4, "predicted_n": 7})
+    if draw(st.integers(0, 14)) == 0:
+        obj["error"] = {"code": 500, "message": "x"}
+    return obj
+
+
+@st.composite
 def _line(draw) -> bytes:
+    if draw(st.integers(0, 3)) == 0:
+        body = _encode(draw(_llama_chunk()), draw(st.sampled_from([0, 0, 1, 2, 3])))
+        return draw(st.sampled_from([b"data: ", b"data: ", b"data:", b"error: "])) + body + draw(st.sampled_from([b"", b"\r"]))
     if draw(st.booleans()):
         body = _encode(draw(_plain_chunk()), draw(st.sampled_from([0, 0, 0, 1, 2, 3])))
         return b"data: " + body + draw(st.sampled_from([b"", b"\r"]))
@@ -303,3 +326,19 @@ def test_the_compiled_consume_reads_a_reply_as_the_python_one(lines: list[bytes]
     lines = [x.replace(b"\n", b" ").replace(b"\r", b" ") for x in lines]  # one line each
     pieces = _framed(lines, cuts, chunked)
     assert _consume_run(pieces, chunked, True) == _consume_run(pieces, chunked, False)
+
+
+def test_a_llama_server_stream_is_taken_in_c_too() -> None:
+    lines = [
+        b'data: {"index":0,"content":"Hel","tokens":[9906],"stop":false,"id_slot":0}',
+        b'data: {"index":0,"content":"lo!","tokens":[385,0],"stop":false,"id_slot":0}',
+        b'data: {"index":0,"content":"","tokens":[],"stop":false}',
+        b'data: {"index":0,"content":"","stop":true,"tokens_predicted":3,"tokens_evaluated":9,"timings":{"prompt_n":9,"cache_n":0}}',
+    ]
+    _same([[x] for x in lines])
+    assert [_chat.read_line(x, False, LLAMA) for x in lines] == [(1, 0, "Hel"), (2, 0, "lo!"), "nothing", None]
+    assert _chat.read_line(b"data: [DONE]", False, LLAMA) is None  # not llama-server's: the Python path says so
+    s, stream = _state(False, LLAMA)
+    take = _chat.ChatTaker(s, stream, LLAMA).take
+    assert [take([x], 3) for x in lines] == [False, False, False, True]
+    assert s.chunk_tokens == [1, 2] and "".join(s.parts) == "Hello!" and s.done
