@@ -376,6 +376,7 @@ typedef struct {
     PyObject *chunk_tokens;
     PyObject *parts;
     PyObject *py_take;      /* StreamState.take, bound */
+    PyObject *counts;       /* the state's ChunkCounts or None (set once, at the state's start) */
     int keep_reasoning;
     int mode;
     PyObject *resp;         /* consume(): the StampedResponse, its compiled BodyReader, the receive */
@@ -395,6 +396,7 @@ static void taker_dealloc(ChatTaker *self) {
     Py_XDECREF(self->chunk_tokens);
     Py_XDECREF(self->parts);
     Py_XDECREF(self->py_take);
+    Py_XDECREF(self->counts);
     Py_XDECREF(self->resp);
     Py_XDECREF(self->reader);
     Py_XDECREF(self->delays);
@@ -431,7 +433,8 @@ static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->chunk_tokens, PyObject_GetAttr(state, s_chunk_tokens));
     Py_XSETREF(self->parts, PyObject_GetAttr(state, s_parts));
     Py_XSETREF(self->py_take, PyObject_GetAttr(state, s_take));
-    if (!self->chunk_ns || !self->chunk_tokens || !self->parts || !self->py_take) return -1;
+    Py_XSETREF(self->counts, PyObject_GetAttr(state, s_counts));
+    if (!self->chunk_ns || !self->chunk_tokens || !self->parts || !self->py_take || !self->counts) return -1;
     if (!PyList_Check(self->chunk_ns) || !PyList_Check(self->chunk_tokens) || !PyList_Check(self->parts)) {
         PyErr_SetString(PyExc_TypeError, "ChatTaker: the state's chunk_ns, chunk_tokens and parts must be lists");
         return -1;
@@ -456,18 +459,16 @@ static int add_to_attr(PyObject *obj, PyObject *name, long n) {
 /* Apply one understood chunk to the state (StreamState.take's handling of its event). */
 static int apply_chunk(ChatTaker *self, const Chunk *ch, PyObject *t_obj, long long t_ns) {
     if (ch->generated) {
-        PyObject *counts = PyObject_GetAttr(self->state, s_counts);
-        if (counts == NULL) return -1;
+        PyObject *counts = self->counts;
         if (counts != Py_None) {
-            if (add_to_attr(counts, s_token_chunks, 1) < 0) { Py_DECREF(counts); return -1; }
+            if (add_to_attr(counts, s_token_chunks, 1) < 0) return -1;
             Py_ssize_t n = PyList_GET_SIZE(self->chunk_ns);
             if (n > 0) {
                 long long last = PyLong_AsLongLong(PyList_GET_ITEM(self->chunk_ns, n - 1));
-                if (last == -1 && PyErr_Occurred()) { Py_DECREF(counts); return -1; }
-                if (last == t_ns && add_to_attr(counts, s_coalesced, 1) < 0) { Py_DECREF(counts); return -1; }
+                if (last == -1 && PyErr_Occurred()) return -1;
+                if (last == t_ns && add_to_attr(counts, s_coalesced, 1) < 0) return -1;
             }
         }
-        Py_DECREF(counts);
         if (PyList_Append(self->chunk_ns, t_obj) < 0) return -1;
         PyObject *tokens = PyLong_FromLong(ch->tokens);
         if (tokens == NULL) return -1;

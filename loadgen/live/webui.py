@@ -192,7 +192,8 @@ class LiveView:
             before = self._coalescing or (0, 0)
             coalesced, chunks = snap.coalescing[0] - before[0], snap.coalescing[1] - before[1]
             self._coalescing = snap.coalescing
-            if chunks > 0:
+            # A lost worker's counts leave the sum: that interval has no share rather than a false one.
+            if chunks > 0 and coalesced >= 0:
                 point["coalesced_share"] = round(coalesced / chunks, 4)
         self.history.append(point)
         if len(self.history) > HISTORY_POINTS:
