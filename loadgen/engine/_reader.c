@@ -17,8 +17,11 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { MODE_LENGTH = 0, MODE_CHUNKED = 1, MODE_CLOSE = 2 };
 
@@ -544,14 +547,9 @@ static long long clock_ns(clockid_t clock) {
  * there is no stamp or it is later than now. The same as http_reply.arrival_ns on recvmsg's
  * ancillary data, without the tuple, the list and the struct unpack per read. OSError (its
  * errno's subclass: BlockingIOError when nothing is there) as socket.recvmsg raises. */
-static PyObject *recv_stamped(PyObject *mod, PyObject *args) {
-    int fd;
-    Py_ssize_t size;
-    if (!PyArg_ParseTuple(args, "in:recv_stamped", &fd, &size)) return NULL;
-    if (size <= 0) {
-        PyErr_SetString(PyExc_ValueError, "recv_stamped: size must be positive");
-        return NULL;
-    }
+/* One stamped read of fd: the data (a new bytes, b"" at the peer's end) with *t_out set to its
+ * arrival as a new int, or NULL with OSError set. */
+static PyObject *stamped_read(int fd, Py_ssize_t size, PyObject **t_out) {
     PyObject *data = PyBytes_FromStringAndSize(NULL, size);
     if (data == NULL) return NULL;
     union {
@@ -583,8 +581,254 @@ static PyObject *recv_stamped(PyObject *mod, PyObject *args) {
         }
     }
     if (n != size && _PyBytes_Resize(&data, n) < 0) return NULL;
-    return Py_BuildValue("(NL)", data, t);
+    *t_out = PyLong_FromLongLong(t);
+    if (*t_out == NULL) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    return data;
 }
+
+static PyObject *recv_stamped(PyObject *mod, PyObject *args) {
+    int fd;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "in:recv_stamped", &fd, &size)) return NULL;
+    if (size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "recv_stamped: size must be positive");
+        return NULL;
+    }
+    PyObject *t = NULL;
+    PyObject *data = stamped_read(fd, size, &t);
+    if (data == NULL) return NULL;
+    return Py_BuildValue("(NN)", data, t);
+}
+
+/* ---- Poller: the stream reader's loop (stream_reader.py's StreamReader._run) in one C call ----
+ *
+ * One epoll set of the sockets whose reply bodies are being read. poll(budget_ns) takes the ready
+ * sockets from the kernel and, for each, does the read of recv_stamped and hands (data, t_ns) to
+ * that socket's consume callback (a ChatTaker's bound consume in C, or any Python callable), with
+ * no Python frame, dict look-up or tuple between them. A socket leaves the set when its consume
+ * says its stream ended, raises, or its read fails or finds the peer gone; those are returned, for
+ * Python to wake each stream's greenlet. The table is indexed by fd and each registration has a
+ * generation, so an event of a socket that left (and whose number came back) is skipped. The
+ * Python loop in stream_reader.py is the reference: tests/integration/test_stream_reader.py runs
+ * its tests on both. */
+
+typedef struct {
+    PyObject *consume;    /* NULL: the slot is free */
+    Py_ssize_t block_size;
+    uint32_t gen;
+} PollSlot;
+
+typedef struct {
+    PyObject_HEAD
+    int epfd;
+    int epfd_open;        /* tp_new zeroes the struct: 0 is a descriptor too */
+    PollSlot *slots;
+    int nslots;
+    int count;
+    uint32_t next_gen;
+} Poller;
+
+static void poller_forget(Poller *self, int fd) {
+    if (fd < 0 || fd >= self->nslots || self->slots[fd].consume == NULL) return;
+    epoll_ctl(self->epfd, EPOLL_CTL_DEL, fd, NULL);  /* fails harmlessly for a closed socket */
+    Py_CLEAR(self->slots[fd].consume);
+    self->count--;
+}
+
+static int Poller_init(Poller *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Poller", kwlist)) return -1;
+    if (self->epfd_open) return 0;  /* __init__ again: keep the set */
+    self->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (self->epfd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    self->epfd_open = 1;
+    return 0;
+}
+
+static void Poller_dealloc(Poller *self) {
+    for (int fd = 0; fd < self->nslots; fd++) Py_CLEAR(self->slots[fd].consume);
+    PyMem_Free(self->slots);
+    if (self->epfd_open) close(self->epfd);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* add(fd, block_size, consume): read fd into consume(data, t_ns) from the next poll on. */
+static PyObject *Poller_add(Poller *self, PyObject *args) {
+    int fd;
+    Py_ssize_t block_size;
+    PyObject *consume;
+    if (!PyArg_ParseTuple(args, "inO:add", &fd, &block_size, &consume)) return NULL;
+    if (!self->epfd_open) {
+        PyErr_SetString(PyExc_ValueError, "Poller: not initialised");
+        return NULL;
+    }
+    if (fd < 0 || block_size <= 0 || !PyCallable_Check(consume)) {
+        PyErr_SetString(PyExc_ValueError, "add(fd >= 0, block_size > 0, consume: callable)");
+        return NULL;
+    }
+    if (fd >= self->nslots) {
+        int n = self->nslots ? self->nslots : 256;
+        while (n <= fd) n *= 2;
+        PollSlot *s = PyMem_Realloc(self->slots, (size_t)n * sizeof(PollSlot));
+        if (s == NULL) return PyErr_NoMemory();
+        memset(s + self->nslots, 0, (size_t)(n - self->nslots) * sizeof(PollSlot));
+        self->slots = s;
+        self->nslots = n;
+    }
+    poller_forget(self, fd);  /* a closed socket's number, reused before it left the set */
+    uint32_t gen = ++self->next_gen;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = ((uint64_t)gen << 32) | (uint32_t)fd};
+    if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        if (errno != EEXIST || epoll_ctl(self->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_INCREF(consume);
+    self->slots[fd].consume = consume;
+    self->slots[fd].block_size = block_size;
+    self->slots[fd].gen = gen;
+    self->count++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Poller_remove(Poller *self, PyObject *arg) {
+    int fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred()) return NULL;
+    poller_forget(self, fd);
+    Py_RETURN_NONE;
+}
+
+static int poller_ended(Poller *self, PyObject *ended, int fd, PyObject *error) {
+    poller_forget(self, fd);
+    PyObject *item = Py_BuildValue("(iO)", fd, error ? error : Py_None);
+    if (item == NULL) return -1;
+    int r = PyList_Append(ended, item);
+    Py_DECREF(item);
+    return r;
+}
+
+/* The exception raised now, if it is an Exception (it ends its stream), taken off the error
+ * indicator; NULL (with the error still set) for a BaseException that must propagate. */
+static PyObject *take_exception(void) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL) PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
+#define POLL_EVENTS 256
+
+/* poll(budget_ns) -> (reads, ended): reads done (0: nothing was ready), and [(fd, error or None)]
+ * of the streams that ended. Stops taking ready sockets once budget_ns have passed (the rest stay
+ * ready: the set is level-triggered and their data keeps its kernel stamp). */
+static PyObject *Poller_poll(Poller *self, PyObject *arg) {
+    long long budget = PyLong_AsLongLong(arg);
+    if (budget == -1 && PyErr_Occurred()) return NULL;
+    PyObject *ended = PyList_New(0);
+    if (ended == NULL) return NULL;
+    struct epoll_event events[POLL_EVENTS];
+    long long start = clock_ns(CLOCK_MONOTONIC);
+    long reads = 0;
+    int over = 0;
+    while (!over && self->count > 0) {
+        int n = epoll_wait(self->epfd, events, POLL_EVENTS, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            Py_DECREF(ended);
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        if (n == 0) break;
+        for (int i = 0; i < n; i++) {
+            int fd = (int)(uint32_t)events[i].data.u64;
+            uint32_t gen = (uint32_t)(events[i].data.u64 >> 32);
+            if (fd >= self->nslots || self->slots[fd].consume == NULL || self->slots[fd].gen != gen) continue;
+            PyObject *consume = self->slots[fd].consume;
+            Py_INCREF(consume);  /* consume may end its own stream's following */
+            PyObject *t_obj = NULL;
+            PyObject *data = stamped_read(fd, self->slots[fd].block_size, &t_obj);
+            PyObject *error = NULL;
+            int end = 0;
+            if (data == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_BlockingIOError) || PyErr_ExceptionMatches(PyExc_InterruptedError)) {
+                    PyErr_Clear();
+                    Py_DECREF(consume);
+                    continue;
+                }
+                error = take_exception();
+                end = 1;
+            } else {
+                reads++;
+                PyObject *cargs[2] = {data, t_obj};
+                PyObject *done = PyObject_Vectorcall(consume, cargs, 2, NULL);
+                if (done == NULL) {
+                    error = take_exception();
+                    end = 1;
+                } else {
+                    int last = PyObject_IsTrue(done);
+                    Py_DECREF(done);
+                    if (last < 0) { error = take_exception(); last = 1; }
+                    /* at the socket's end nothing more can come, said or not */
+                    end = last || PyBytes_GET_SIZE(data) == 0;
+                }
+            }
+            Py_XDECREF(data);
+            Py_XDECREF(t_obj);
+            Py_DECREF(consume);
+            if (end && error == NULL && PyErr_Occurred()) {  /* a BaseException: the caller's */
+                poller_forget(self, fd);
+                Py_DECREF(ended);
+                return NULL;
+            }
+            if (end) {
+                int r = poller_ended(self, ended, fd, error);
+                Py_XDECREF(error);
+                if (r < 0) { Py_DECREF(ended); return NULL; }
+            }
+            if (clock_ns(CLOCK_MONOTONIC) - start >= budget) { over = 1; break; }
+        }
+        if (n < POLL_EVENTS && !over) break;  /* all that was ready has been read */
+    }
+    return Py_BuildValue("(lN)", reads, ended);
+}
+
+static PyObject *Poller_fileno(Poller *self, PyObject *Py_UNUSED(ignored)) { return PyLong_FromLong(self->epfd); }
+
+static PyObject *Poller_get_count(Poller *self, void *c) { return PyLong_FromLong(self->count); }
+
+static PyGetSetDef Poller_getset[] = {
+    {"count", (getter)Poller_get_count, NULL, "sockets in the set", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Poller_methods[] = {
+    {"add", (PyCFunction)Poller_add, METH_VARARGS, "add(fd, block_size, consume): follow fd's reads into consume(data, t_ns)"},
+    {"remove", (PyCFunction)Poller_remove, METH_O, "remove(fd): stop following fd (no error if it is not followed)"},
+    {"poll", (PyCFunction)Poller_poll, METH_O, "poll(budget_ns) -> (reads, [(fd, error or None)]): read every ready socket"},
+    {"fileno", (PyCFunction)Poller_fileno, METH_NOARGS, "the epoll set's descriptor (readable when a socket is)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PollerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "loadgen.engine._reader.Poller",
+    .tp_basicsize = sizeof(Poller),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Poller(): the stream reader's epoll set and its read loop, in C.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Poller_init,
+    .tp_dealloc = (destructor)Poller_dealloc,
+    .tp_methods = Poller_methods,
+    .tp_getset = Poller_getset,
+};
 
 static PyMethodDef reader_functions[] = {
     {"recv_stamped", recv_stamped, METH_VARARGS,
@@ -600,10 +844,11 @@ static struct PyModuleDef reader_module = {
 };
 
 PyMODINIT_FUNC PyInit__reader(void) {
-    if (PyType_Ready(&BodyReaderType) < 0) return NULL;
+    if (PyType_Ready(&BodyReaderType) < 0 || PyType_Ready(&PollerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&reader_module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "BodyReader", (PyObject *)&BodyReaderType) < 0 ||
+        PyModule_AddObjectRef(m, "Poller", (PyObject *)&PollerType) < 0 ||
         PyModule_AddIntConstant(m, "MODE_LENGTH", MODE_LENGTH) < 0 ||
         PyModule_AddIntConstant(m, "MODE_CHUNKED", MODE_CHUNKED) < 0 ||
         PyModule_AddIntConstant(m, "MODE_CLOSE", MODE_CLOSE) < 0) {

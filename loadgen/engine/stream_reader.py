@@ -10,6 +10,11 @@ one epoll set of every streaming socket, and for each socket the kernel says is 
 came (``recvmsg`` with the kernel's receive stamp: in C, ``_reader.recv_stamped``, with the
 compiled reader) and hands it to that stream's ``consume`` callback, right there, with no switch. The session's greenlet sleeps until its stream ends.
 
+With the compiled reader the loop itself is C too (``_reader.Poller``: the epoll set, the reads
+with their stamps and the calls of each stream's ``consume``, one call per round of ready
+sockets); Python hears only of the streams that ended. The Python loop below is the reference
+and the fallback (``LOADGEN_READER=python``); the tests run on both.
+
 Level-triggered: a socket is in the set only while its body is being read, and leaves it when its
 stream ends (or is abandoned), so a readable socket always has a reader. The greenlet exists only
 while some stream is followed.
@@ -29,10 +34,11 @@ from gevent.event import Event
 
 from loadgen.engine.http_reply import READER, arrival_ns
 
-try:  # the compiled recvmsg with its stamp (loadgen/engine/_reader.c), with the compiled reader
+try:  # the compiled recvmsg with its stamp and read loop (loadgen/engine/_reader.c)
+    from loadgen.engine._reader import Poller as _Poller
     from loadgen.engine._reader import recv_stamped as _c_recv_stamped
 except ImportError:
-    _c_recv_stamped = None
+    _c_recv_stamped = _Poller = None
 
 __all__ = ["AVAILABLE", "StreamReader", "stream_reader"]
 
@@ -78,7 +84,7 @@ def stamped_read(sock: socket.socket, block_size: int) -> Read:
 class _Followed:
     __slots__ = ("consume", "done", "error", "read")
 
-    def __init__(self, read: Read, consume: Consume) -> None:
+    def __init__(self, read: Read | None, consume: Consume) -> None:
         self.read = read
         self.consume = consume
         self.done = Event()
@@ -86,13 +92,21 @@ class _Followed:
 
 
 class StreamReader:
-    """The epoll set, the streams it follows, and the greenlet that reads them."""
+    """The epoll set, the streams it follows, and the greenlet that reads them. ``compiled``: the
+    loop in C (``_reader.Poller``); by default where the compiled reader is in use."""
 
-    def __init__(self) -> None:
+    def __init__(self, compiled: bool | None = None) -> None:
+        if compiled is None:
+            compiled = _Poller is not None and READER == "compiled"
+        elif compiled and _Poller is None:
+            raise RuntimeError("the compiled stream reader is not built")
+        self.compiled = compiled
         self._pid = os.getpid()
-        self._epoll = _epoll()
+        self._poller = _Poller() if compiled else None
+        self._epoll = None if compiled else _epoll()
         self._followed: dict[int, _Followed] = {}
-        self._watcher = get_hub().loop.io(self._epoll.fileno(), 1)
+        fileno = self._poller.fileno() if self._poller is not None else self._epoll.fileno()
+        self._watcher = get_hub().loop.io(fileno, 1)
         self._greenlet: gevent.Greenlet | None = None
 
     def follow(self, sock: socket.socket, block_size: int, consume: Consume) -> None:
@@ -101,14 +115,18 @@ class StreamReader:
         greenlet blocks until then. A ``gevent.Timeout`` or kill of the caller stops the
         following (the caller then closes the socket)."""
         fd = sock.fileno()
-        f = _Followed(stamped_read(sock, block_size), consume)
-        try:
-            self._epoll.register(fd, _EPOLLIN)
-        except FileExistsError:  # a closed socket's number, reused before it left the set
-            self._epoll.modify(fd, _EPOLLIN)
+        if self._poller is not None:
+            f = _Followed(None, consume)
+            self._poller.add(fd, block_size, consume)
+        else:
+            f = _Followed(stamped_read(sock, block_size), consume)
+            try:
+                self._epoll.register(fd, _EPOLLIN)
+            except FileExistsError:  # a closed socket's number, reused before it left the set
+                self._epoll.modify(fd, _EPOLLIN)
         self._followed[fd] = f
         if self._greenlet is None:
-            self._greenlet = gevent.spawn(self._run)
+            self._greenlet = gevent.spawn(self._run_compiled if self._poller is not None else self._run)
         try:
             f.done.wait()
         finally:
@@ -119,10 +137,38 @@ class StreamReader:
 
     def _forget(self, fd: int) -> None:
         self._followed.pop(fd, None)
+        if self._poller is not None:
+            self._poller.remove(fd)
+            return
         try:
             self._epoll.unregister(fd)
         except (OSError, ValueError):
             pass
+
+    def _run_compiled(self) -> None:
+        """The loop of ``_run`` with each round in one C call (``Poller.poll``): the same reads,
+        the same yields every ``YIELD_NS``, the same ends."""
+        followed = self._followed
+        poll = self._poller.poll
+        wait = get_hub().wait
+        perf_ns = time.perf_counter_ns
+        yielded_ns = perf_ns()
+        try:
+            while followed:
+                reads, ended = poll(YIELD_NS - (perf_ns() - yielded_ns))
+                for fd, error in ended:  # the poller has let go of each already
+                    f = followed.pop(fd, None)
+                    if f is not None:
+                        f.error = error
+                        f.done.set()
+                if not reads and not ended:
+                    wait(self._watcher)
+                    yielded_ns = perf_ns()
+                elif perf_ns() - yielded_ns >= YIELD_NS:
+                    gevent.sleep(0)
+                    yielded_ns = perf_ns()
+        finally:
+            self._greenlet = None
 
     def _run(self) -> None:
         followed = self._followed
