@@ -130,16 +130,18 @@ class StampedResponse(HTTPResponse):
         self.head_bytes = b""  # the first bytes that came, up to HEAD_KEPT (what the server said)
         self._at_start = True  # no body line returned yet (a leading byte order mark is dropped)
         self._any_eol = False  # a lone CR was seen: lines end at CR, LF or CRLF from now on
-        self._recv = self._recv_kernel_stamped if kernel_timestamps else self._recv_plain
+        # A flag, not a bound method kept on self: that would be a reference cycle, and every
+        # reply (its socket, headers and buffers) would wait for the cyclic collector, whose
+        # passes over them stalled a busy worker for 10-30 ms.
+        self._kernel_timestamps = kernel_timestamps
 
-    def _recv_plain(self) -> bytes:
+    def _recv(self) -> bytes:
+        if self._kernel_timestamps:
+            data, anc, _flags, _addr = self.sock.recvmsg(self.block_size, _ANC_SIZE)
+            self.t_recv_ns = arrival_ns(anc)
+            return data
         data = self.sock.recv(self.block_size)
         self.t_recv_ns = _perf_ns()
-        return data
-
-    def _recv_kernel_stamped(self) -> bytes:
-        data, anc, _flags, _addr = self.sock.recvmsg(self.block_size, _ANC_SIZE)
-        self.t_recv_ns = arrival_ns(anc)
         return data
 
     @property
@@ -204,9 +206,9 @@ class StampedResponse(HTTPResponse):
         kind, length = mode
         self._body_reader = r = _reader.BodyReader(kind, length, self.max_line_bytes, HTTPParseError, BadBody)
         self.message_complete = r.complete
-        # The hot path calls the compiled reader's methods directly.
+        # The hot path calls the compiled reader's take_lines directly (its method, not one of
+        # self's: a bound method of self kept on self is a reference cycle; see _recv).
         self.take_lines = r.take_lines
-        self.feed_body = self._feed_compiled
         if data:
             self._feed_compiled(data)
 
@@ -278,6 +280,9 @@ class StampedResponse(HTTPResponse):
 
     def feed_body(self, data: bytes) -> None:
         """Parse ``data`` read from the socket into the body buffer."""
+        if self._body_reader is not None:
+            self._feed_compiled(data)
+            return
         # b"" (peer closed) completes a close-delimited body, or raises HTTPParseError mid-message.
         self.feed(data)
         if self._undecodable is not None:

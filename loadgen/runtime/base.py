@@ -123,7 +123,7 @@ class RuntimeBase:
 
     def __init__(self, environment: Any) -> None:
         self.env = environment
-        self.recorder = Recorder()
+        self.recorder = Recorder(wire_records=self.role == "worker")  # a worker ships its records as dicts
         self.driver: Driver | None = None
         self.health: GeneratorHealth | None = None  # the event-loop lag and receive delays
         self.plan: Plan | None = None
@@ -174,7 +174,7 @@ class RuntimeBase:
         api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         workload = off_the_loop(config_workload, cfg)  # the master's file content if the path is not here
         schedule = None if cfg.concurrency else off_the_loop(lambda: global_schedule(cfg, workload, count=False))
-        self.recorder = Recorder()
+        self.recorder = Recorder(wire_records=self.role == "worker")  # a worker ships its records as dicts
         self.plan = plan
         self._done_sent = False
         self._final_sent = False

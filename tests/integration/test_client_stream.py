@@ -680,3 +680,33 @@ def test_request_carries_ids_and_auth(servers):
 if __name__ == "__main__":
     if sys.argv[1:] == ["serve"]:
         _serve()
+
+
+# ---- memory ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["ok", "raw-chunked", "raw-close"])
+def test_a_finished_reply_is_freed_without_the_cyclic_collector(servers, scenario):
+    """A reply, its socket and its buffers go when the last reference does: a reference cycle
+    per reply left every one to the cyclic collector, whose passes over a second's worth of
+    replies stalled a worker's reads for 10-30 ms (two ticks' chunks then share one stamp)."""
+    import gc
+
+    base = servers.raw if scenario.startswith("raw") else servers.http
+    assert run(base, scenario, chat(4, tokens=4, delay_ms=0)).ok  # first use: imports, caches
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(3):
+            req = chat(4, tokens=4, delay_ms=0)
+            res = run(base, scenario, req)
+            assert res.ok, res.error_message
+        del res
+        gc.collect()
+        kinds = sorted({type(o).__qualname__ for o in gc.garbage if type(o).__module__.startswith(("loadgen", "gevent"))})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kinds == [], f"reference cycles left by a reply: {kinds}"

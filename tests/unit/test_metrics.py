@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from analysis.hlog import clamp_us, new_histogram
 from analysis.records import RequestRecord, histogram_tag, metric_values
 from loadgen.engine.recorder import Delta, MetricsAggregate, Recorder
@@ -67,8 +69,9 @@ def test_merge_of_deltas_from_several_workers_equals_rebuild_from_records() -> N
     assert agg.errors == {"http_5xx": sum(1 for i in range(600) if i % 17 == 0)}
 
 
-def test_take_delta_clears_and_records_travel_as_dicts() -> None:
-    r = Recorder()
+@pytest.mark.parametrize("wire_records", [False, True])
+def test_take_delta_clears_and_records_travel_as_dicts(wire_records: bool) -> None:
+    r = Recorder(wire_records=wire_records)  # a worker's makes each dict when it records
     rec = _record(1, random.Random(1))
     r.record_request(rec)
     d = r.take_delta()
@@ -76,6 +79,13 @@ def test_take_delta_clears_and_records_travel_as_dicts() -> None:
     assert d.histograms
     empty = r.take_delta()
     assert empty.records == [] and empty.histograms == {}
+
+
+def test_a_recorder_of_wire_records_refuses_take() -> None:
+    r = Recorder(wire_records=True)
+    r.record_request(_record(1, random.Random(1)))
+    with pytest.raises(RuntimeError):
+        r.take()
 
 
 def test_values_outside_the_histogram_range_are_clamped_not_dropped() -> None:
