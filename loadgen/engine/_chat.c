@@ -1,5 +1,7 @@
-/* The compiled fast path of an OpenAI chat stream's lines: StreamState.take for the chunks nearly
- * every line is, without building a dict, an event or a method call per chunk.
+/* The compiled fast path of a stream's chunk lines: StreamState.take for the chunks nearly every
+ * line is, without building a dict, an event or a method call per chunk. OpenAI chat (below),
+ * OpenAI completions, llama-server's native stream, the Anthropic Messages and the OpenAI
+ * Responses events (read_llama, read_messages, read_responses: each says what it takes).
  *
  * The reference is the Python path: loadgen/engine/sse_state.py (StreamState.take) with
  * targets/adapters/openai.py (_ChatStream.parse_line). ChatTaker.take(lines, t_recv_ns) applies
@@ -255,7 +257,80 @@ typedef struct {
     int has_prefix;
 } Chunk;
 
-enum { MODE_CHAT = 0, MODE_COMPLETIONS = 1, MODE_LLAMA = 2 };
+enum { MODE_CHAT = 0, MODE_COMPLETIONS = 1, MODE_LLAMA = 2, MODE_MESSAGES = 3, MODE_RESPONSES = 4 };
+
+/* An unescaped string value equal to lit. */
+static int str_is(const JVal *v, const char *lit) {
+    size_t n = strlen(lit);
+    return v->kind == J_STR && !v->escaped && (size_t)(v->end - v->start - 2) == n && memcmp(v->start + 1, lit, n) == 0;
+}
+
+/* text_or_empty (targets/adapters/base.py) as a test: 1 for a non-empty string, 0 for an empty
+ * one, null or none, -1 for anything else (BadChunk there: the Python path says so). */
+static int text_present(const JVal *v) {
+    if (v->kind == J_NONE || v->kind == J_NULL) return 0;
+    if (v->kind != J_STR) return -1;
+    return !v->empty;
+}
+
+/* An Anthropic Messages event (targets/adapters/anthropic.py, _MessagesStream.parse_line): the
+ * content_block_delta events of text, thinking and tool input, the events that carry nothing,
+ * and message_stop. message_start and message_delta (usage), errors and unknown types: Python. */
+static int read_messages(const JVal *top, Chunk *ch) {
+    static const char *const keys[] = {"type", "delta"};
+    JVal v[2];
+    if (find_members(top, keys, 2, v) < 0) return LINE_FALLBACK;
+    if (v[0].kind != J_STR || v[0].escaped) return LINE_FALLBACK;
+    if (str_is(&v[0], "content_block_delta")) {
+        if (v[1].kind != J_OBJ) return LINE_FALLBACK;
+        static const char *const dkeys[] = {"type", "text", "thinking", "partial_json"};
+        JVal d[4];
+        if (find_members(&v[1], dkeys, 4, d) < 0) return LINE_FALLBACK;
+        if (d[0].kind != J_STR || d[0].escaped) return LINE_FALLBACK;
+        int field = str_is(&d[0], "text_delta") ? 1 : str_is(&d[0], "thinking_delta") ? 2
+                  : str_is(&d[0], "input_json_delta") ? 3 : 0;
+        if (field == 0) return LINE_NOTHING;  /* signature_delta, citations_delta */
+        int t = text_present(&d[field]);
+        if (t < 0) return LINE_FALLBACK;
+        if (t == 0) return LINE_NOTHING;
+        ch->generated = 1;
+        ch->reasoning = field == 2;
+        if (field == 1) { ch->content = d[1]; ch->has_text = 1; }
+        return LINE_CHUNK;
+    }
+    if (str_is(&v[0], "content_block_start") || str_is(&v[0], "content_block_stop") || str_is(&v[0], "ping"))
+        return LINE_NOTHING;
+    if (str_is(&v[0], "message_stop")) return LINE_DONE;
+    return LINE_FALLBACK;
+}
+
+/* An OpenAI Responses event (targets/adapters/responses.py, _ResponsesStream.parse_line): the
+ * output text, reasoning, refusal and function-call argument deltas, and the event types that
+ * carry nothing. The ends (usage), response.created (the server-side history's id), failures and
+ * errors: Python. */
+static int read_responses(const JVal *top, Chunk *ch) {
+    static const char *const keys[] = {"type", "delta"};
+    JVal v[2];
+    if (find_members(top, keys, 2, v) < 0) return LINE_FALLBACK;
+    if (v[0].kind != J_STR || v[0].escaped) return LINE_FALLBACK;
+    int kind = str_is(&v[0], "response.output_text.delta") ? 1
+             : (str_is(&v[0], "response.reasoning_text.delta") || str_is(&v[0], "response.reasoning_summary_text.delta")) ? 2
+             : (str_is(&v[0], "response.refusal.delta") || str_is(&v[0], "response.function_call_arguments.delta")) ? 3
+             : 0;
+    if (kind == 0) {
+        if (str_is(&v[0], "response.completed") || str_is(&v[0], "response.incomplete") ||
+            str_is(&v[0], "response.created") || str_is(&v[0], "response.failed") || str_is(&v[0], "error"))
+            return LINE_FALLBACK;
+        return LINE_NOTHING;  /* event types that carry nothing loadgen counts */
+    }
+    int t = text_present(&v[1]);
+    if (t < 0) return LINE_FALLBACK;
+    if (t == 0) return LINE_NOTHING;
+    ch->generated = 1;
+    ch->reasoning = kind == 2;
+    if (kind == 1) { ch->content = v[1]; ch->has_text = 1; }
+    return LINE_CHUNK;
+}
 
 /* llama-server's native /completion chunk (targets/adapters/llamacpp.py, _LlamaStream): the
  * top-level "content", its tokens' count ("tokens", a list of ids, else one), and no "stop". */
@@ -298,12 +373,17 @@ static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasonin
     if (n == 0 || (n == 1 && line[0] == '\r')) return LINE_NOTHING;
     if (mode != MODE_LLAMA && n >= 12 && memcmp(line, "data: [DONE]", 12) == 0 && (n == 12 || (n == 13 && line[12] == '\r')))
         return LINE_DONE;
+    /* the event's name: these two APIs send one before each data line; sse_payload skips it */
+    if ((mode == MODE_MESSAGES || mode == MODE_RESPONSES) && n >= 6 && memcmp(line, "event:", 6) == 0)
+        return LINE_NOTHING;
     if (n < 7 || memcmp(line, "data: {", 7) != 0) return LINE_FALLBACK;
     const char *end = line + n;
     JVal top;
     const char *p = scan_value(line + 6, end, 0, &top);
     if (p == NULL || skip_ws(p, end) != end) return LINE_FALLBACK;
     if (mode == MODE_LLAMA) return read_llama(&top, ch);
+    if (mode == MODE_MESSAGES) return read_messages(&top, ch);
+    if (mode == MODE_RESPONSES) return read_responses(&top, ch);
     static const char *const top_keys[] = {"error", "object", "usage", "timings", "choices"};
     JVal tv[5];
     if (find_members(&top, top_keys, 5, tv) < 0) return LINE_FALLBACK;
@@ -421,6 +501,12 @@ static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
     } else if (strcmp(mode, "llama-server") == 0) {
         self->mode = MODE_LLAMA;
         self->keep_reasoning = 0;
+    } else if (strcmp(mode, "anthropic-messages") == 0) {
+        self->mode = MODE_MESSAGES;
+        self->keep_reasoning = 0;
+    } else if (strcmp(mode, "openai-responses") == 0) {
+        self->mode = MODE_RESPONSES;
+        self->keep_reasoning = 0;
     } else {
         PyErr_Format(PyExc_ValueError, "ChatTaker: no compiled path for %s", mode);
         return -1;
@@ -476,7 +562,8 @@ static int apply_chunk(ChatTaker *self, const Chunk *ch, PyObject *t_obj, long l
         Py_DECREF(tokens);
         if (r < 0) return -1;
         /* the OpenAI streams count their tokens for continuous usage (_OpenAIStream.counted) */
-        if (self->mode != MODE_LLAMA && add_to_attr(self->stream, s_counted, ch->tokens) < 0) return -1;
+        if ((self->mode == MODE_CHAT || self->mode == MODE_COMPLETIONS) && add_to_attr(self->stream, s_counted, ch->tokens) < 0)
+            return -1;
         if (ch->reasoning) {
             if (add_to_attr(self->state, s_reasoning, ch->tokens) < 0) return -1;
         } else {
@@ -625,8 +712,8 @@ static PyTypeObject ChatTakerType = {
     .tp_basicsize = sizeof(ChatTaker),
     .tp_dealloc = (destructor)taker_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "ChatTaker(state, stream, mode='openai-chat'): an OpenAI chat (or completions, mode "
-              "'openai-completions') stream's StreamState.take, its chunks in C.",
+    .tp_doc = "ChatTaker(state, stream, mode='openai-chat'): a stream's StreamState.take, its chunks in C; "
+              "mode: openai-chat, openai-completions, llama-server, anthropic-messages, openai-responses.",
     .tp_methods = taker_methods,
     .tp_init = (initproc)taker_init,
     .tp_new = PyType_GenericNew,
@@ -640,7 +727,10 @@ static PyObject *py_read_line(PyObject *mod, PyObject *args) {
     const char *mode = "openai-chat";
     if (!PyArg_ParseTuple(args, "y*|ps", &buf, &keep, &mode)) return NULL;
     Chunk ch;
-    int m = strcmp(mode, "openai-completions") == 0 ? MODE_COMPLETIONS : strcmp(mode, "llama-server") == 0 ? MODE_LLAMA : MODE_CHAT;
+    int m = strcmp(mode, "openai-completions") == 0 ? MODE_COMPLETIONS
+          : strcmp(mode, "llama-server") == 0 ? MODE_LLAMA
+          : strcmp(mode, "anthropic-messages") == 0 ? MODE_MESSAGES
+          : strcmp(mode, "openai-responses") == 0 ? MODE_RESPONSES : MODE_CHAT;
     int kind = read_line(buf.buf, buf.len, m, keep, &ch);
     PyObject *out;
     if (kind == LINE_FALLBACK) { out = Py_None; Py_INCREF(out); }

@@ -251,6 +251,9 @@ class _MessagesStream:
     """One Messages stream: the prompt counts ``message_start`` gave, for the final usage."""
 
     __slots__ = ("start",)
+    # loadgen/engine/_chat.c (read_messages) applies this parse_line, in C, to the delta events and
+    # those that carry nothing, and hands it the rest; a subclass that changes it must not inherit this.
+    COMPILED_PATH = "anthropic-messages"
 
     def __init__(self) -> None:
         self.start: dict = {}

@@ -400,6 +400,9 @@ class _ResponsesStream:
     request's link (server-side history), where the reply's id goes."""
 
     __slots__ = ("_created_id", "_link")
+    # loadgen/engine/_chat.c (read_responses) applies this parse_line, in C, to the delta events and
+    # those that carry nothing, and hands it the rest; a subclass that changes it must not inherit this.
+    COMPILED_PATH = "openai-responses"
 
     def __init__(self, link: _Link | None = None) -> None:
         self._link = link

@@ -272,7 +272,7 @@ def test_a_completions_stream_is_taken_in_c_too() -> None:
     _same([[x] for x in lines])
     assert [_chat.read_line(x, False, COMPLETIONS) for x in lines] == [(1, 0, "Hel"), "nothing", None, "done"]
     with pytest.raises(ValueError, match="no compiled path"):
-        _chat.ChatTaker(*_state(False), "anthropic-messages")
+        _chat.ChatTaker(*_state(False), "sglang-native")
 
 
 class _Head:
