@@ -463,6 +463,8 @@ typedef struct {
     PyObject *reader;       /* delays (a list, or None), and the state's dispatch */
     PyObject *delays;
     PyObject *dispatch;
+    PyObject *feed;         /* the body reader's feed and take_lines, bound once at bind() */
+    PyObject *take_lines;
 } ChatTaker;
 
 static PyObject *s_dispatch, *s_consume, *s_t_recv_ns, *s_feed, *s_complete, *s_message_complete, *s_take_lines;
@@ -481,6 +483,8 @@ static void taker_dealloc(ChatTaker *self) {
     Py_XDECREF(self->reader);
     Py_XDECREF(self->delays);
     Py_XDECREF(self->dispatch);
+    Py_XDECREF(self->feed);
+    Py_XDECREF(self->take_lines);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -633,6 +637,15 @@ static PyObject *taker_bind(ChatTaker *self, PyObject *args) {
     }
     PyObject *dispatch = PyObject_GetAttr(self->state, s_dispatch);
     if (dispatch == NULL) return NULL;
+    PyObject *feed = PyObject_GetAttr(reader, s_feed);
+    PyObject *take_lines = feed == NULL ? NULL : PyObject_GetAttr(reader, s_take_lines);
+    if (take_lines == NULL) {
+        Py_DECREF(dispatch);
+        Py_XDECREF(feed);
+        return NULL;
+    }
+    Py_XSETREF(self->feed, feed);
+    Py_XSETREF(self->take_lines, take_lines);
     Py_INCREF(resp);
     Py_XSETREF(self->resp, resp);
     Py_INCREF(reader);
@@ -661,7 +674,7 @@ static PyObject *taker_consume(ChatTaker *self, PyObject *const *args, Py_ssize_
         Py_DECREF(d);
         if (r < 0) return NULL;
     }
-    PyObject *fed = PyObject_CallMethodOneArg(self->reader, s_feed, data);
+    PyObject *fed = PyObject_Vectorcall(self->feed, &data, 1, NULL);
     if (fed == NULL) return NULL;
     Py_DECREF(fed);
     PyObject *complete = PyObject_GetAttr(self->reader, s_complete);
@@ -670,7 +683,7 @@ static PyObject *taker_consume(ChatTaker *self, PyObject *const *args, Py_ssize_
     Py_DECREF(complete);
     if (r < 0) return NULL;
     for (;;) {
-        PyObject *lines = PyObject_CallMethodNoArgs(self->reader, s_take_lines);
+        PyObject *lines = PyObject_CallNoArgs(self->take_lines);
         if (lines == NULL) return NULL;
         if (lines == Py_None) { Py_DECREF(lines); Py_RETURN_FALSE; }
         if (!PyList_Check(lines)) {

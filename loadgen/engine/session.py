@@ -105,7 +105,8 @@ def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
                 result = _send_step(ctx, session, plan, conversation, step.index, conns[0], intended_ns, tools)
                 if result is None:
                     return
-                conversation.extend(step.index, result.text)
+                if n + 1 < len(plan.stages):  # the last reply is history for nothing: not counted
+                    conversation.extend(step.index, result.text)
                 prev_end_ns = result.t_end_ns or time.perf_counter_ns()
                 continue
             branches = stage.branches
