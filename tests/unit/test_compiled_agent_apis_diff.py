@@ -20,6 +20,8 @@ from loadgen.engine.sse_state import StreamState
 from targets.adapters.anthropic import AnthropicMessagesAdapter
 from targets.adapters.responses import OpenAIResponsesAdapter, _Link, _ResponsesStream
 
+from .test_compiled_chat_diff import _take_reads  # the state after each read, the Messages stream's start too
+
 _chat = sse_state._chat
 pytestmark = pytest.mark.skipif(_chat is None, reason="the compiled chunk path is not built (make setup builds it)")
 
@@ -36,26 +38,9 @@ def _state(kind: str, chained: bool = False) -> tuple[StreamState, object]:
     return StreamState(stream.parse_line, StreamResult(), ChunkCounts()), stream
 
 
-def _snapshot(s: StreamState, stream) -> tuple:
-    return (
-        list(s.chunk_ns), list(s.chunk_tokens), "".join(s.parts), s.reasoning, s.output_ns, s.done,
-        None if s.error is None else (s.error.error, s.error.error_code), s.usage, s.timings, s.pending,
-        s.counts.token_chunks, s.counts.coalesced, getattr(stream, "start", None),
-    )  # fmt: skip
-
-
 def _run(reads: list[list[bytes]], kind: str, compiled: bool) -> list:
     s, stream = _state(kind)
-    take = _chat.ChatTaker(s, stream, kind).take if compiled else s.take
-    out = []
-    for i, lines in enumerate(reads):
-        t = 1_000 + 10 * (i // 2)  # every other read shares a stamp: coalesced reads counted too
-        try:
-            out.append(("ok", take(list(lines), t), _snapshot(s, stream)))
-        except Exception as e:  # the client abandons the stream at an error: so does the comparison
-            out.append(("raised", type(e), str(e), _snapshot(s, stream)))
-            break
-    return out
+    return _take_reads(reads, s, stream, _chat.ChatTaker(s, stream, kind).take if compiled else s.take)
 
 
 def _same(reads: list[list[bytes]], kind: str) -> None:

@@ -46,13 +46,17 @@ def _snapshot(s: StreamState, stream) -> tuple:
     return (
         list(s.chunk_ns), list(s.chunk_tokens), "".join(s.parts), s.reasoning, s.output_ns, s.done,
         None if s.error is None else (s.error.error, s.error.error_code), s.usage, s.timings, s.pending,
-        s.counts.token_chunks, s.counts.coalesced, getattr(stream, "counted", None),
+        s.counts.token_chunks, s.counts.coalesced, getattr(stream, "counted", None), getattr(stream, "start", None),
     )  # fmt: skip
 
 
 def _run(reads: list[list[bytes]], keep_reasoning: bool, compiled: bool, kind: str = CHAT) -> list:
     s, stream = _state(keep_reasoning, kind)
-    take = _chat.ChatTaker(s, stream, kind).take if compiled else s.take
+    return _take_reads(reads, s, stream, _chat.ChatTaker(s, stream, kind).take if compiled else s.take)
+
+
+def _take_reads(reads: list[list[bytes]], s: StreamState, stream, take) -> list:
+    """Each read's lines through ``take``, and the state after each (up to the first error)."""
     out = []
     for i, lines in enumerate(reads):
         t = 1_000 + 10 * (i // 2)  # every other read shares a stamp: coalesced reads counted too
