@@ -257,7 +257,7 @@ typedef struct {
     int has_prefix;
 } Chunk;
 
-enum { MODE_CHAT = 0, MODE_COMPLETIONS = 1, MODE_LLAMA = 2, MODE_MESSAGES = 3, MODE_RESPONSES = 4 };
+enum { MODE_CHAT = 0, MODE_COMPLETIONS = 1, MODE_LLAMA = 2, MODE_MESSAGES = 3, MODE_RESPONSES = 4, MODE_SGLANG = 5 };
 
 /* An unescaped string value equal to lit. */
 static int str_is(const JVal *v, const char *lit) {
@@ -463,10 +463,13 @@ typedef struct {
     PyObject *reader;       /* delays (a list, or None), and the state's dispatch */
     PyObject *delays;
     PyObject *dispatch;
+    PyObject *usage_type;   /* SGLang: the adapters' Usage class (its events carry usage each) */
+    int incremental;        /* SGLang: the server sends the new text only (incremental_text) */
     PyObject *feed;         /* the body reader's feed and take_lines, bound once at bind() */
     PyObject *take_lines;
 } ChatTaker;
 
+static PyObject *s_incremental, *s_seen_chars, *s_seen_tokens, *s_usage;
 static PyObject *s_dispatch, *s_consume, *s_t_recv_ns, *s_feed, *s_complete, *s_message_complete, *s_take_lines;
 static PyObject *s_pending, *s_counts, *s_token_chunks, *s_coalesced, *s_reasoning, *s_output_ns, *s_done,
     *s_counted, *s_keep_reasoning, *s_chunk_ns, *s_chunk_tokens, *s_parts, *s_take;
@@ -485,13 +488,14 @@ static void taker_dealloc(ChatTaker *self) {
     Py_XDECREF(self->dispatch);
     Py_XDECREF(self->feed);
     Py_XDECREF(self->take_lines);
+    Py_XDECREF(self->usage_type);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
-    PyObject *state, *stream;
+    PyObject *state, *stream, *usage_type = NULL;
     const char *mode = "openai-chat";
-    if (!PyArg_ParseTuple(args, "OO|s", &state, &stream, &mode)) return -1;
+    if (!PyArg_ParseTuple(args, "OO|sO", &state, &stream, &mode, &usage_type)) return -1;
     if (strcmp(mode, "openai-chat") == 0) {
         self->mode = MODE_CHAT;
         PyObject *keep = PyObject_GetAttr(stream, s_keep_reasoning);
@@ -511,6 +515,20 @@ static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
     } else if (strcmp(mode, "openai-responses") == 0) {
         self->mode = MODE_RESPONSES;
         self->keep_reasoning = 0;
+    } else if (strcmp(mode, "sglang") == 0) {
+        self->mode = MODE_SGLANG;
+        self->keep_reasoning = 0;
+        if (usage_type == NULL || !PyCallable_Check(usage_type)) {
+            PyErr_SetString(PyExc_TypeError, "ChatTaker: mode 'sglang' takes the Usage class as its fourth argument");
+            return -1;
+        }
+        Py_INCREF(usage_type);
+        Py_XSETREF(self->usage_type, usage_type);
+        PyObject *inc = PyObject_GetAttr(stream, s_incremental);
+        if (inc == NULL) return -1;
+        self->incremental = PyObject_IsTrue(inc);
+        Py_DECREF(inc);
+        if (self->incremental < 0) return -1;
     } else {
         PyErr_Format(PyExc_ValueError, "ChatTaker: no compiled path for %s", mode);
         return -1;
@@ -546,9 +564,24 @@ static int add_to_attr(PyObject *obj, PyObject *name, long n) {
     return r;
 }
 
+static int apply_tokens(ChatTaker *self, long tokens, int reasoning, PyObject *t_obj, long long t_ns);
+
 /* Apply one understood chunk to the state (StreamState.take's handling of its event). */
 static int apply_chunk(ChatTaker *self, const Chunk *ch, PyObject *t_obj, long long t_ns) {
-    if (ch->generated) {
+    if (ch->generated && apply_tokens(self, ch->tokens, ch->reasoning, t_obj, t_ns) < 0) return -1;
+    if (ch->has_text) {
+        PyObject *text = string_value(&ch->content, ch->has_prefix ? &ch->text_prefix : NULL);
+        if (text == NULL) return -1;
+        int r = PyList_Append(self->parts, text);
+        Py_DECREF(text);
+        if (r < 0) return -1;
+    }
+    return 0;
+}
+
+/* A token-bearing chunk's part of StreamState._apply: its time, its tokens, the counts. */
+static int apply_tokens(ChatTaker *self, long n_tokens, int reasoning, PyObject *t_obj, long long t_ns) {
+    {
         PyObject *counts = self->counts;
         if (counts != Py_None) {
             if (add_to_attr(counts, s_token_chunks, 1) < 0) return -1;
@@ -560,16 +593,16 @@ static int apply_chunk(ChatTaker *self, const Chunk *ch, PyObject *t_obj, long l
             }
         }
         if (PyList_Append(self->chunk_ns, t_obj) < 0) return -1;
-        PyObject *tokens = PyLong_FromLong(ch->tokens);
+        PyObject *tokens = PyLong_FromLong(n_tokens);
         if (tokens == NULL) return -1;
         int r = PyList_Append(self->chunk_tokens, tokens);
         Py_DECREF(tokens);
         if (r < 0) return -1;
         /* the OpenAI streams count their tokens for continuous usage (_OpenAIStream.counted) */
-        if ((self->mode == MODE_CHAT || self->mode == MODE_COMPLETIONS) && add_to_attr(self->stream, s_counted, ch->tokens) < 0)
+        if ((self->mode == MODE_CHAT || self->mode == MODE_COMPLETIONS) && add_to_attr(self->stream, s_counted, n_tokens) < 0)
             return -1;
-        if (ch->reasoning) {
-            if (add_to_attr(self->state, s_reasoning, ch->tokens) < 0) return -1;
+        if (reasoning) {
+            if (add_to_attr(self->state, s_reasoning, n_tokens) < 0) return -1;
         } else {
             PyObject *out = PyObject_GetAttr(self->state, s_output_ns);
             if (out == NULL) return -1;
@@ -578,14 +611,125 @@ static int apply_chunk(ChatTaker *self, const Chunk *ch, PyObject *t_obj, long l
             if (none && PyObject_SetAttr(self->state, s_output_ns, t_obj) < 0) return -1;
         }
     }
-    if (ch->has_text) {
-        PyObject *text = string_value(&ch->content, ch->has_prefix ? &ch->text_prefix : NULL);
-        if (text == NULL) return -1;
-        int r = PyList_Append(self->parts, text);
-        Py_DECREF(text);
-        if (r < 0) return -1;
-    }
     return 0;
+}
+
+/* A JSON integer literal (no fraction, no exponent) as a long long: 1, else 0 (a float). */
+static int int_literal(const JVal *v, long long *out) {
+    if (v->kind != J_NUM) return 0;
+    for (const char *p = v->start; p < v->end; p++)
+        if (*p == '.' || *p == 'e' || *p == 'E') return 0;
+    char buf[32];
+    Py_ssize_t n = v->end - v->start;
+    if (n <= 0 || n >= (Py_ssize_t)sizeof(buf)) return 0;
+    memcpy(buf, v->start, (size_t)n);
+    buf[n] = 0;
+    *out = strtoll(buf, NULL, 10);
+    return 1;
+}
+
+/* count_or_none (targets/adapters/base.py): an integer >= 0 as a new int, else None. */
+static PyObject *count_or_none(const JVal *v) {
+    long long x;
+    if (int_literal(v, &x) && x >= 0) return PyLong_FromLongLong(x);
+    Py_RETURN_NONE;
+}
+
+static long long long_attr(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return x;
+}
+
+static int set_long_attr(PyObject *obj, PyObject *name, long long x) {
+    PyObject *v = PyLong_FromLongLong(x);
+    if (v == NULL) return -1;
+    int r = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* SGLang's native /generate event (targets/adapters/sglang.py, _SGLangStream.event), applied to
+ * the stream's state: the new text (the suffix past the characters seen, or the text itself with
+ * incremental_text), the growth of meta_info.completion_tokens as the chunk's tokens, the usage
+ * each event carries. An event with "error" or "object" (error_event), a finish_reason (the
+ * engine's timings), a completion count that is not an integer, text that is not a string, or any
+ * other shape: LINE_FALLBACK, nothing applied. Returns -2 with an exception set on failure. */
+static int take_sglang(ChatTaker *self, const char *line, Py_ssize_t n, PyObject *t_obj, long long t_ns) {
+    if (n == 0 || (n == 1 && line[0] == '\r')) return LINE_NOTHING;
+    if (n >= 12 && memcmp(line, "data: [DONE]", 12) == 0 && (n == 12 || (n == 13 && line[12] == '\r')))
+        return LINE_DONE;
+    if (n < 7 || memcmp(line, "data: {", 7) != 0) return LINE_FALLBACK;
+    const char *end = line + n;
+    JVal top;
+    const char *p = scan_value(line + 6, end, 0, &top);
+    if (p == NULL || skip_ws(p, end) != end) return LINE_FALLBACK;
+    static const char *const keys[] = {"error", "object", "text", "meta_info"};
+    JVal v[4];
+    if (find_members(&top, keys, 4, v) < 0) return LINE_FALLBACK;
+    if (v[0].kind != J_NONE || v[1].kind != J_NONE) return LINE_FALLBACK;
+    const JVal *text = &v[2];
+    if (text->kind != J_NONE && text->kind != J_NULL && text->kind != J_STR) return LINE_FALLBACK;
+    static const char *const mkeys[] = {"prompt_tokens", "completion_tokens", "cached_tokens", "finish_reason"};
+    JVal m[4];
+    for (int i = 0; i < 4; i++) m[i].kind = J_NONE;
+    int meta = v[3].kind == J_OBJ && !v[3].empty;  /* a meta_info that is not an object is {} */
+    if (meta && find_members(&v[3], mkeys, 4, m) < 0) return LINE_FALLBACK;
+    if (m[3].kind != J_NONE && m[3].kind != J_NULL) return LINE_FALLBACK;  /* the last event */
+    long long completion = 0;
+    int has_completion = m[1].kind != J_NONE && m[1].kind != J_NULL;
+    if (has_completion && !int_literal(&m[1], &completion)) return LINE_FALLBACK;
+    /* the new text */
+    PyObject *new_text = NULL;
+    if (text->kind == J_STR) {
+        PyObject *whole = string_value(text, NULL);
+        if (whole == NULL) return -2;
+        if (self->incremental) {
+            new_text = whole;
+        } else {
+            long long seen = long_attr(self->stream, s_seen_chars);
+            if (seen == -1 && PyErr_Occurred()) { Py_DECREF(whole); return -2; }
+            Py_ssize_t len = PyUnicode_GET_LENGTH(whole);
+            new_text = seen <= 0 ? (Py_INCREF(whole), whole) : PyUnicode_Substring(whole, (Py_ssize_t)seen, len);
+            Py_DECREF(whole);
+            if (new_text == NULL) return -2;
+            if (set_long_attr(self->stream, s_seen_chars, len) < 0) { Py_DECREF(new_text); return -2; }
+        }
+    }
+    int has_new = new_text != NULL && PyUnicode_GET_LENGTH(new_text) > 0;
+    long long tokens = 0;
+    if (has_completion) {
+        long long seen = long_attr(self->stream, s_seen_tokens);
+        if (seen == -1 && PyErr_Occurred()) { Py_XDECREF(new_text); return -2; }
+        long long grown = completion - seen;
+        if (grown > 0 && (has_new || text->kind != J_STR)) {
+            tokens = grown;
+            if (set_long_attr(self->stream, s_seen_tokens, completion) < 0) { Py_XDECREF(new_text); return -2; }
+        } else if (has_new) {
+            tokens = 1;
+        }
+    } else if (has_new) {
+        tokens = 1;
+    }
+    int r = 0;
+    if (tokens > 0) r = apply_tokens(self, (long)tokens, 0, t_obj, t_ns);
+    if (r == 0 && has_new) r = PyList_Append(self->parts, new_text);
+    Py_XDECREF(new_text);
+    if (r < 0) return -2;
+    if (meta) {  /* Usage(prompt, completion, cached), each a count or None */
+        PyObject *counts[3] = {count_or_none(&m[0]), count_or_none(&m[1]), count_or_none(&m[2])};
+        PyObject *usage = NULL;
+        if (counts[0] != NULL && counts[1] != NULL && counts[2] != NULL)
+            usage = PyObject_Vectorcall(self->usage_type, counts, 3, NULL);
+        for (int i = 0; i < 3; i++) Py_XDECREF(counts[i]);
+        if (usage == NULL) return -2;
+        r = PyObject_SetAttr(self->state, s_usage, usage);
+        Py_DECREF(usage);
+        if (r < 0) return -2;
+    }
+    return LINE_CHUNK;
 }
 
 static PyObject *taker_take(ChatTaker *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -606,14 +750,20 @@ static PyObject *taker_take(ChatTaker *self, PyObject *const *args, Py_ssize_t n
             PyObject *line = PyList_GET_ITEM(lines, i);
             if (!PyBytes_Check(line)) break;
             Chunk ch;
-            int kind = read_line(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), self->mode, self->keep_reasoning, &ch);
+            int kind;
+            if (self->mode == MODE_SGLANG) {
+                kind = take_sglang(self, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), t_obj, t_ns);
+                if (kind == -2) return NULL;
+            } else {
+                kind = read_line(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), self->mode, self->keep_reasoning, &ch);
+            }
             if (kind == LINE_FALLBACK) break;
             if (kind == LINE_NOTHING) continue;
             if (kind == LINE_DONE) {
                 if (PyObject_SetAttr(self->state, s_done, Py_True) < 0) return NULL;
                 Py_RETURN_TRUE;
             }
-            if (apply_chunk(self, &ch, t_obj, t_ns) < 0) return NULL;
+            if (self->mode != MODE_SGLANG && apply_chunk(self, &ch, t_obj, t_ns) < 0) return NULL;
         }
         if (i == n) Py_RETURN_FALSE;
     }
@@ -795,6 +945,10 @@ PyMODINIT_FUNC PyInit__chat(void) {
     INTERN(s_complete, "complete");
     INTERN(s_message_complete, "message_complete");
     INTERN(s_take_lines, "take_lines");
+    INTERN(s_incremental, "incremental");
+    INTERN(s_seen_chars, "seen_chars");
+    INTERN(s_seen_tokens, "seen_tokens");
+    INTERN(s_usage, "usage");
     if (PyType_Ready(&ChatTakerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&chat_module);
     if (m == NULL) return NULL;

@@ -171,17 +171,19 @@ def _data_value(line: bytes) -> bytes:
 
 
 # The adapters' stream classes whose lines loadgen/engine/_chat.c reads (their COMPILED_PATH).
-COMPILED_PATHS = ("openai-chat", "openai-completions", "llama-server", "anthropic-messages", "openai-responses")
+COMPILED_PATHS = ("openai-chat", "openai-completions", "llama-server", "anthropic-messages", "openai-responses", "sglang")
 
 
 def stream_take(st: StreamState) -> Callable[[list[bytes], int], bool]:
     """``st.take``, or its compiled twin where one applies: an OpenAI chat or completions stream,
-    llama-server's native one, an Anthropic Messages or an OpenAI Responses stream (each its
-    adapter's own stream class, not a subclass), read by the compiled reader. ``_chat.ChatTaker.take``
+    llama-server's native one, an Anthropic Messages, an OpenAI Responses or an SGLang native
+    stream (each its adapter's own stream class, not a subclass), read by the compiled reader. ``_chat.ChatTaker.take``
     applies the chunk lines in their plain shapes in C, to the same state, and hands the first
     other line, with the rest, to ``st.take`` (loadgen/engine/_chat.c)."""
     stream = getattr(st.parse, "__self__", None)
     path = type(stream).__dict__.get("COMPILED_PATH")
     if _chat is not None and READER == "compiled" and path in COMPILED_PATHS:
+        if path == "sglang":  # its events carry usage, made here as the adapter makes it
+            return _chat.ChatTaker(st, stream, path, Usage).take
         return _chat.ChatTaker(st, stream, path).take
     return st.take

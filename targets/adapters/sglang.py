@@ -95,6 +95,9 @@ class _SGLangStream:
     """State of one ``/generate`` stream: text length and tokens seen so far."""
 
     __slots__ = ("incremental", "seen_chars", "seen_tokens")
+    # loadgen/engine/_chat.c (take_sglang) applies event(), in C, to the events in their plain
+    # shapes (and hands this parse_line the rest); a subclass that changes them must not inherit this.
+    COMPILED_PATH = "sglang"
 
     def __init__(self, incremental: bool) -> None:
         self.incremental = incremental
