@@ -1,7 +1,8 @@
 /* The compiled fast path of a stream's chunk lines: StreamState.take for the chunks nearly every
  * line is, without building a dict, an event or a method call per chunk. OpenAI chat (below),
  * OpenAI completions, llama-server's native stream, the Anthropic Messages and the OpenAI
- * Responses events (read_llama, read_messages, read_responses: each says what it takes).
+ * Responses events, SGLang's native stream (read_llama, read_messages, read_responses,
+ * take_sglang: each says what it takes).
  *
  * The reference is the Python path: loadgen/engine/sse_state.py (StreamState.take) with
  * targets/adapters/openai.py (_ChatStream.parse_line). ChatTaker.take(lines, t_recv_ns) applies
@@ -367,9 +368,10 @@ static int read_llama(const JVal *top, Chunk *ch) {
     return LINE_CHUNK;
 }
 
-static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasoning, Chunk *ch) {
-    memset(ch, 0, sizeof(*ch));
-    ch->tokens = 1;
+/* What every mode's line is first: blank (LINE_NOTHING), the end marker (LINE_DONE; llama-server
+ * sends none), an event's name line (LINE_NOTHING, for the APIs that send one), or "data: " and
+ * one JSON object, validated into *top (LINE_CHUNK); anything else is LINE_FALLBACK. */
+static int data_object(const char *line, Py_ssize_t n, int mode, JVal *top) {
     if (n == 0 || (n == 1 && line[0] == '\r')) return LINE_NOTHING;
     if (mode != MODE_LLAMA && n >= 12 && memcmp(line, "data: [DONE]", 12) == 0 && (n == 12 || (n == 13 && line[12] == '\r')))
         return LINE_DONE;
@@ -378,9 +380,16 @@ static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasonin
         return LINE_NOTHING;
     if (n < 7 || memcmp(line, "data: {", 7) != 0) return LINE_FALLBACK;
     const char *end = line + n;
+    const char *p = scan_value(line + 6, end, 0, top);
+    return p == NULL || skip_ws(p, end) != end ? LINE_FALLBACK : LINE_CHUNK;
+}
+
+static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasoning, Chunk *ch) {
+    memset(ch, 0, sizeof(*ch));
+    ch->tokens = 1;
     JVal top;
-    const char *p = scan_value(line + 6, end, 0, &top);
-    if (p == NULL || skip_ws(p, end) != end) return LINE_FALLBACK;
+    int head = data_object(line, n, mode, &top);
+    if (head != LINE_CHUNK) return head;
     if (mode == MODE_LLAMA) return read_llama(&top, ch);
     if (mode == MODE_MESSAGES) return read_messages(&top, ch);
     if (mode == MODE_RESPONSES) return read_responses(&top, ch);
@@ -658,14 +667,9 @@ static int set_long_attr(PyObject *obj, PyObject *name, long long x) {
  * engine's timings), a completion count that is not an integer, text that is not a string, or any
  * other shape: LINE_FALLBACK, nothing applied. Returns -2 with an exception set on failure. */
 static int take_sglang(ChatTaker *self, const char *line, Py_ssize_t n, PyObject *t_obj, long long t_ns) {
-    if (n == 0 || (n == 1 && line[0] == '\r')) return LINE_NOTHING;
-    if (n >= 12 && memcmp(line, "data: [DONE]", 12) == 0 && (n == 12 || (n == 13 && line[12] == '\r')))
-        return LINE_DONE;
-    if (n < 7 || memcmp(line, "data: {", 7) != 0) return LINE_FALLBACK;
-    const char *end = line + n;
     JVal top;
-    const char *p = scan_value(line + 6, end, 0, &top);
-    if (p == NULL || skip_ws(p, end) != end) return LINE_FALLBACK;
+    int head = data_object(line, n, MODE_SGLANG, &top);
+    if (head != LINE_CHUNK) return head;
     static const char *const keys[] = {"error", "object", "text", "meta_info"};
     JVal v[4];
     if (find_members(&top, keys, 4, v) < 0) return LINE_FALLBACK;
@@ -876,7 +880,8 @@ static PyTypeObject ChatTakerType = {
     .tp_dealloc = (destructor)taker_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "ChatTaker(state, stream, mode='openai-chat'): a stream's StreamState.take, its chunks in C; "
-              "mode: openai-chat, openai-completions, llama-server, anthropic-messages, openai-responses.",
+              "mode: openai-chat, openai-completions, llama-server, anthropic-messages, openai-responses, "
+              "sglang (with the Usage class as a fourth argument).",
     .tp_methods = taker_methods,
     .tp_init = (initproc)taker_init,
     .tp_new = PyType_GenericNew,

@@ -629,6 +629,7 @@ typedef struct {
     int nslots;
     int count;
     uint32_t next_gen;
+    PyObject *carried;    /* the ends a poll had taken when a BaseException cut it: the next one's */
 } Poller;
 
 static void poller_forget(Poller *self, int fd) {
@@ -654,6 +655,7 @@ static int Poller_init(Poller *self, PyObject *args, PyObject *kwds) {
 static void Poller_dealloc(Poller *self) {
     for (int fd = 0; fd < self->nslots; fd++) Py_CLEAR(self->slots[fd].consume);
     PyMem_Free(self->slots);
+    Py_XDECREF(self->carried);
     if (self->epfd_open) close(self->epfd);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -733,7 +735,8 @@ static PyObject *take_exception(void) {
 static PyObject *Poller_poll(Poller *self, PyObject *arg) {
     long long budget = PyLong_AsLongLong(arg);
     if (budget == -1 && PyErr_Occurred()) return NULL;
-    PyObject *ended = PyList_New(0);
+    PyObject *ended = self->carried != NULL ? self->carried : PyList_New(0);
+    self->carried = NULL;
     if (ended == NULL) return NULL;
     struct epoll_event events[POLL_EVENTS];
     long long start = clock_ns(CLOCK_MONOTONIC);
@@ -785,7 +788,7 @@ static PyObject *Poller_poll(Poller *self, PyObject *arg) {
             Py_DECREF(consume);
             if (end && error == NULL && PyErr_Occurred()) {  /* a BaseException: the caller's */
                 poller_forget(self, fd);
-                Py_DECREF(ended);
+                self->carried = ended;  /* the streams that ended before it still must hear so */
                 return NULL;
             }
             if (end) {

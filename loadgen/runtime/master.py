@@ -67,21 +67,6 @@ from loadgen.runtime.verdict import EXIT_INCOMPLETE
 
 log = logging.getLogger("loadgen")
 
-# The master times no tokens; a worker on the same host does. Merging a second's reports costs the
-# master several milliseconds at once, and at the same priority the kernel lets it take the core
-# from a worker whose streams then wait: a 10 ms stall reads two 10 ms ticks' chunks with one
-# receive stamp. At nice 10 it still gets a tenth of a contended core, far more than it uses.
-MASTER_NICE = 10
-
-
-def yield_cpu_to_workers() -> None:
-    """Lower this process's CPU priority (the master's; its workers, forked before, keep theirs)."""
-    try:
-        os.nice(MASTER_NICE)
-    except OSError as e:  # a container that forbids it: the run is the same, only less fair
-        log.debug("could not lower the master's priority: %s", e)
-
-
 class MasterRuntime(JoinsAndClocks, WorkerLosses, Collector):
     """The master of a distributed run: plans for every worker, their joins, clocks and losses,
     the exact merge of their reports."""
@@ -121,7 +106,6 @@ class MasterRuntime(JoinsAndClocks, WorkerLosses, Collector):
         super().install()
         ev = self.env.events
         runner = self.env.runner
-        yield_cpu_to_workers()
         apply_to_master(self.worker_loss_timeout_s)
         # Locust's spawn copies the master's own options into each worker's: without this, the
         # master's default --master-loss-timeout would replace a worker's own setting there.

@@ -168,3 +168,24 @@ def test_poller_lets_a_base_exception_through_and_lets_go_of_its_socket() -> Non
     with pytest.raises(KeyboardInterrupt):
         poller.poll(10**9)
     assert poller.count == 0
+
+
+@pytest.mark.skipif(sr._Poller is None, reason="the compiled reader is not built")
+def test_poller_still_reports_a_stream_that_ended_before_a_base_exception() -> None:
+    poller = sr._Poller()
+    (a, b), (c, d) = gsocket.socketpair(), gsocket.socketpair()
+
+    def interrupt(data: bytes, t: int) -> bool:
+        raise KeyboardInterrupt
+
+    poller.add(a.fileno(), 64, lambda data, t: True)  # ends at its first read
+    poller.add(c.fileno(), 64, interrupt)
+    b.sendall(b"x")
+    d.sendall(b"y")
+    ended: list = []
+    for _ in range(2):  # whichever the kernel lists first, the end reaches the caller
+        try:
+            ended += poller.poll(10**9)[1]
+        except KeyboardInterrupt:
+            pass
+    assert ended == [(a.fileno(), None)] and poller.count == 0
