@@ -8,6 +8,7 @@ test_run_ground_truth.py), count the reasoning tokens exactly, and never send re
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from analysis.records import metric_values
@@ -55,7 +56,14 @@ def test_ttfot_and_reasoning_tokens_match_the_sims_truth(tmp_path, capsys) -> No
     assert len(recs) >= 20 and all(rec.ok for rec in recs)
     assert any(rec.turn_index > 0 for rec in recs)  # follow-ups carry the history
 
-    ttfot_err_ms, extra_ms, excess_ms = [], [], []
+    ttfot_err_ms, extra_ms, excess_ms, output_dev_ms, send_lead_ms = [], [], [], [], []
+    # Record times are µs since the run start on the worker's perf_counter; the sim's are that
+    # same clock's ns: one offset per worker (as in test_run_ground_truth.py) maps one onto the
+    # other, so that each end of the TTFOT interval is compared with the sim's own stamp of it.
+    offset_us: dict[str, float] = {}
+    for worker in {rec.worker for rec in recs}:
+        mine = [r for r in recs if r.worker == worker]
+        offset_us[worker] = float(np.median([t[r.request_id]["t_first_output_ns"] / 1000 - r.t_first_output_us for r in mine]))
     for rec in recs:
         tr = t[rec.request_id]
         r_expected = min(REASONING, rec.max_tokens - 1)
@@ -68,6 +76,11 @@ def test_ttfot_and_reasoning_tokens_match_the_sims_truth(tmp_path, capsys) -> No
         sim_extra_us = (tr["t_first_output_ns"] - tr["t_first_token_ns"]) / 1000
         extra_ms.append((rec.ttfot_us - rec.ttft_us - sim_extra_us) / 1000)
         excess_ms.append(ttfot_excess_ms(rec, tr))
+        off = offset_us[rec.worker]
+        send_lead_ms.append((tr["t_received_ns"] / 1000 - (rec.t_send_us + off)) / 1000)
+        answer_at = rec.reasoning_tokens  # the answer's first chunk, read alone (not coalesced)
+        if rec.chunk_tokens is None and not (answer_at < len(rec.itl_us) and rec.itl_us[answer_at] == 0):
+            output_dev_ms.append(abs(rec.t_first_output_us + off - tr["t_first_output_ns"] / 1000) / 1000)
         if r_expected:
             assert rec.ttfot_us > rec.ttft_us
         names = {m for m, _ in metric_values(rec)}
@@ -81,10 +94,18 @@ def test_ttfot_and_reasoning_tokens_match_the_sims_truth(tmp_path, capsys) -> No
         print(
             f"\n[reasoning] {len(recs)} requests, {REASONING} reasoning tokens each: |TTFOT err| p50 "
             f"{percentile(ttfot_err_ms, 50):.3f} ms p99 {percentile(ttfot_err_ms, 99):.3f} ms; "
-            f"(TTFOT - TTFT) - sim's, p50 {percentile(extra_ms, 50):.3f} ms"
+            f"(TTFOT - TTFT) - sim's, p50 {percentile(extra_ms, 50):.3f} ms; first answer chunk vs sim write "
+            f"p99 {percentile(output_dev_ms, 99):.3f} ms; send before sim handler min {min(send_lead_ms):.3f} ms"
         )
+    # The whole interval's median; its tail is not compared, as test_run_ground_truth.py says why:
+    # the sim's truth starts when its handler does, after its own accept loop on a shared core,
+    # and that queue alone reaches milliseconds in a full suite. Each end instead, against the
+    # sim's stamp: the first answer chunk's arrival within 2 ms of its write (p99), and the send
+    # never after the handler started (0.5 ms for the offset's own uncertainty).
     assert percentile(ttfot_err_ms, 50) <= 1.0
-    assert percentile(ttfot_err_ms, 99) <= 5.0
+    assert len(output_dev_ms) >= 3 * len(recs) // 4, output_dev_ms
+    assert percentile(output_dev_ms, 99) <= 2.0, output_dev_ms
+    assert min(send_lead_ms) >= -0.5, min(send_lead_ms)
     # Both clocks at chunks: the per-gap ITL margin, against the interval the sim's stamps bound,
     # over the requests whose chunks were not read coalesced (few in a healthy, exit-0 run).
     timed = [x for x in excess_ms if x is not None]
