@@ -10,13 +10,14 @@ PYTEST_ARGS ?=
 setup: $(STAMP)
 
 # Re-installs only when pyproject.toml changed; a second `make setup` is a no-op.
-# The install builds the compiled reader (setup.py, loadgen/engine/_reader.c and _chat.c) where a C
-# compiler works; without one the install still works, on the Python reader, and says so.
-$(STAMP): pyproject.toml setup.py loadgen/engine/_reader.c loadgen/engine/_chat.c
+# The install builds the compiled reader (setup.py, loadgen/engine/_reader.c and _chat.c) and the
+# capture relay's pump (loadgen/capture/_relay.c) where a C compiler works; without one the install
+# still works, on the Python reader and relay, and says so.
+$(STAMP): pyproject.toml setup.py loadgen/engine/_reader.c loadgen/engine/_chat.c loadgen/capture/_relay.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,routers]'
-	@$(BIN)/python -c 'import loadgen.engine._reader, loadgen.engine._chat' 2>/dev/null || echo "loadgen: C reader not built (no working C compiler; pip install -v -e . says why); using the Python reader"
+	@$(BIN)/python -c 'import loadgen.engine._reader, loadgen.engine._chat, loadgen.capture._relay' 2>/dev/null || echo "loadgen: C reader not built (no working C compiler; pip install -v -e . says why); using the Python reader and relay"
 	@touch $(STAMP)
 
 demo: setup

@@ -1,4 +1,5 @@
-"""The compiled body reader (loadgen/engine/_reader.c) and chat chunk path (loadgen/engine/_chat.c),
+"""The compiled body reader (loadgen/engine/_reader.c), chat chunk path (loadgen/engine/_chat.c) and
+capture relay pump (loadgen/capture/_relay.c),
 built by ``pip install`` with the system's C compiler. Where there is none, or it fails, the install goes on without it and says so in one
 line: the worker then reads replies on the Python path (loadgen/engine/http_reply.py), which is
 the reference the compiled one is tested against. The project's metadata is in pyproject.toml.
@@ -45,6 +46,13 @@ setup(
         Extension(
             "loadgen.engine._chat",
             sources=["loadgen/engine/_chat.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
+        # The capture relay's body pump: upstream reply bodies to their clients without Python per chunk.
+        Extension(
+            "loadgen.capture._relay",
+            sources=["loadgen/capture/_relay.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -122,6 +122,12 @@ def main() -> None:
         help="with --pin: the relay at real-time priority (SCHED_FIFO; needs CAP_SYS_NICE), so other "
         "work on a shared machine cannot delay it on its core",
     )
+    ap.add_argument(
+        "--relay",
+        choices=("compiled", "python", "both"),
+        default="compiled",
+        help="which relay moves reply bodies (LOADGEN_RELAY); both: one capture of each, measured in turn",
+    )
     args = ap.parse_args()
     if args.realtime and not args.pin:
         ap.error("--realtime goes with --pin")
@@ -131,28 +137,36 @@ def main() -> None:
     args.kernel_stamps = not args.read_stamps
     concurrencies = args.concurrency or [1, 100]
 
-    out = Path(tempfile.mkdtemp(prefix="loadgen-capture-overhead-")) / "sessions.jsonl"
+    out_dir = Path(tempfile.mkdtemp(prefix="loadgen-capture-overhead-"))
     sim = SimProcess.start(["--profile", args.profile, "--time-scale", str(args.time_scale), "--seed", "1"])
-    cap = None
+    caps: list[tuple[str, CaptureProcess]] = []
     try:
-        cap = CaptureProcess.start(
-            ["--upstream", sim.url, "--out", str(out), *(["--redact"] if args.redact else [])]
-        )
-        paths = [("direct", [sim.url], None), ("capture proxy", [cap.url], cap.proc.pid)]
-        helpers = _children(cap.proc.pid)  # the assembler process, beside the relay
+        relays = ["python", "compiled"] if args.relay == "both" else [args.relay]
+        for relay in relays:
+            name = "capture proxy" if len(relays) == 1 else f"proxy {relay}"
+            os.environ["LOADGEN_RELAY"] = relay  # the capture child's relay (pump.py)
+            cap = CaptureProcess.start(
+                ["--upstream", sim.url, "--out", str(out_dir / f"sessions-{relay}.jsonl"),
+                 *(["--redact"] if args.redact else [])]
+            )  # fmt: skip
+            caps.append((name, cap))
+        paths = [("direct", [sim.url], None)] + [(name, [cap.url], cap.proc.pid) for name, cap in caps]
+        helpers = {name: _children(cap.proc.pid) for name, cap in caps}  # each one's assembler process
         if args.pin:
             cores = sorted(os.sched_getaffinity(0))
             if len(cores) < 2:
                 ap.error("--pin needs at least two cores")
-            _pin(cap.proc.pid, {cores[-1]})
-            for pid in helpers:
+            for _, cap in caps:
+                _pin(cap.proc.pid, {cores[-1]})
+            for pid in (p for pids in helpers.values() for p in pids):
                 _pin(pid, set(cores[:-1]) if args.assembler_apart else {cores[-1]})
             for pid in (sim.proc.pid, os.getpid()):
                 _pin(pid, set(cores[:-1]))
             if args.realtime:
                 try:
-                    for tid in os.listdir(f"/proc/{cap.proc.pid}/task"):
-                        os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(1))
+                    for _, cap in caps:
+                        for tid in os.listdir(f"/proc/{cap.proc.pid}/task"):
+                            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(1))
                 except PermissionError:
                     raise SystemExit(
                         "--realtime: not permitted here (needs CAP_SYS_NICE); run without it"
@@ -174,9 +188,9 @@ def main() -> None:
         results = {}
         for streams in concurrencies:
             for name, urls, pid in paths:
-                helper_cpu_s = _cpu_s(helpers)
+                helper_cpu_s = _cpu_s(helpers.get(name, []))
                 r = measure(name, urls, [sim.url], streams, args, pid)
-                r["helper_cpu_s"] = _cpu_s(helpers) - helper_cpu_s
+                r["helper_cpu_s"] = _cpu_s(helpers.get(name, [])) - helper_cpu_s
                 results[(name, streams)] = r
                 cpu = "" if r["cpu_share"] is None else f"{r['cpu_share']:.0%}"
                 per = "" if r["cpu_us_per_chunk"] is None else f"{r['cpu_us_per_chunk']:.1f}"
@@ -187,20 +201,27 @@ def main() -> None:
                 )
         print("\nadded by the proxy (proxy minus direct; ms, p50 / p99)")
         for streams in concurrencies:
-            base, r = results[("direct", streams)], results[("capture proxy", streams)]
-            d_ttft = (r["ttft_added"][0] - base["ttft_added"][0], r["ttft_added"][1] - base["ttft_added"][1])
-            d_tok = (r["delivery"][0] - base["delivery"][0], r["delivery"][1] - base["delivery"][1])
-            print(f"{streams:>7} streams  TTFT {_fmt(d_ttft)}   per chunk (token delivery) {_fmt(d_tok)}")
-        if helpers:
-            print("\nthe assembler process (parsing and sessions, beside the relay; us of CPU per chunk)")
-            for streams in concurrencies:
-                r = results[("capture proxy", streams)]
+            base = results[("direct", streams)]
+            for name, _ in caps:
+                r = results[(name, streams)]
+                d_ttft = (
+                    r["ttft_added"][0] - base["ttft_added"][0],
+                    r["ttft_added"][1] - base["ttft_added"][1],
+                )
+                d_tok = (r["delivery"][0] - base["delivery"][0], r["delivery"][1] - base["delivery"][1])
+                print(
+                    f"{name:<16} {streams:>4} streams  TTFT {_fmt(d_ttft)}   per chunk (token delivery) {_fmt(d_tok)}"
+                )
+        print("\nthe assembler process (parsing and sessions, beside the relay; us of CPU per chunk)")
+        for streams in concurrencies:
+            for name, _ in caps:
+                r = results[(name, streams)]
                 # Its CPU is read around the whole point, warm-up included (it lags a little).
                 chunks = r["chunks_per_s"] * (args.warmup + args.duration)
                 per = r["helper_cpu_s"] / chunks * 1e6 if chunks else 0.0
-                print(f"{streams:>7} streams  {per:.1f}")
+                print(f"{name:<16} {streams:>4} streams  {per:.1f}")
     finally:
-        if cap is not None:
+        for _, cap in caps:
             cap.stop()
             print(f"\n{cap.output.strip()}")
         sim.stop()

@@ -29,7 +29,7 @@ import os
 import pickle
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 BEGIN, HEAD, CHUNK, END = range(4)
 # How an exchange ended (the END event's outcome).
@@ -102,6 +102,8 @@ class ExchangeFeed:
         self.shedding = False
         self.broken = False  # the assembler process went away before we closed its pipe
         self.sent_events = 0
+        # Set by the compiled pump: stops its recording and returns the exchanges it recorded.
+        self.stop_recording: Callable[[], Iterable[int]] | None = None
 
     async def connect(self, fd: int) -> None:
         """Write to the pipe ``fd`` (the assembler process's stdin) from now on."""
@@ -142,17 +144,42 @@ class ExchangeFeed:
                 outcome = SHED
         self._push((END, xid, t_ns, outcome))
 
+    @property
+    def events(self) -> list[tuple]:
+        """The list events are collected in; it stays the same object for the feed's life, so
+        the compiled pump (``pump.py``) appends its ``CHUNK`` events to it directly. Whoever
+        appends calls ``added`` once after."""
+        return self._events
+
+    def piece_xid(self, xid: int) -> int:
+        """``xid`` when the pieces of exchange ``xid`` are to be recorded now, else 0 (what
+        ``chunk`` would drop: nothing recorded, or shed)."""
+        if not xid or self._transport is None or self._closed or xid in self._shed:
+            return 0
+        if self.shedding:
+            self._shed.add(xid)
+            return 0
+        return xid
+
+    def added(self) -> None:
+        """Events were appended to ``events`` from outside: the timer writes them."""
+        if self._events and self._timer is None and self._loop is not None:
+            self._timer = self._loop.call_later(FLUSH_INTERVAL_S, self.flush)
+
     def flush(self) -> None:
         """Write what was collected now (at shutdown; the timer does it otherwise)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        events, self._events = self._events, []
+        events = self._events.copy()  # (the list itself stays: see ``events``)
+        self._events.clear()
         if not events or self._transport is None or self.broken:
             return
         self.sent_events += len(events)
         self._transport.write(encode_frame(events))
         self.shedding = self._transport.get_write_buffer_size() > self.max_unsent_bytes
+        if self.shedding and self.stop_recording is not None:
+            self._shed.update(self.stop_recording())
 
     def close(self) -> None:
         """Flush and close the pipe: the assembler process then writes everything and exits."""

@@ -29,6 +29,7 @@ class CaptureProcess:
         self.port = port
         self._stderr = stderr_file
         self.output = ""  # what it printed after the listening line, once stopped
+        self.listening = ""  # the listening line itself
 
     @classmethod
     def start(cls, args: list[str], timeout_s: float = 20.0) -> CaptureProcess:
@@ -41,7 +42,9 @@ class CaptureProcess:
             what="the capture",
             error=CaptureStartError,
         )
-        return cls(proc, m.group(1), int(m.group(2)), err_file)
+        cap = cls(proc, m.group(1), int(m.group(2)), err_file)
+        cap.listening = m.string
+        return cap
 
     def stderr(self) -> str:
         self._stderr.seek(0)

@@ -41,7 +41,9 @@ from loadgen.capture.feed import (
     UPSTREAM_BROKE,
     ExchangeFeed,
 )
+from loadgen.capture.pump import RELAY, BodyPump
 from loadgen.capture.upstream import UpstreamError, UpstreamPool, UpstreamReply
+from loadgen.capture.upstream_connection import BODY_BROKE
 
 # RFC 9110 7.6.1 connection-specific fields, plus the framing ones each hop sets for itself.
 HOP_BY_HOP = frozenset(
@@ -76,6 +78,7 @@ class CaptureProxy:
         session_header: str,
         connect_timeout_s: float,
         read_timeout_s: float,
+        relay: str | None = None,
     ) -> None:
         self.upstream = upstream
         self.feed = feed
@@ -86,12 +89,18 @@ class CaptureProxy:
         self._upstream = UpstreamPool(
             upstream, connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s
         )
+        # The reply bodies go through the compiled pump where it is built (pump.py), else through
+        # _ClientSink below, the reference; a TLS upstream always takes the sink.
+        self.relay = RELAY if relay is None else relay
+        self._pump = BodyPump(feed, read_timeout_s) if self.relay == "compiled" else None
         self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.app.on_cleanup.append(self._close_upstream)
 
     async def _close_upstream(self, _app: web.Application) -> None:
         self._upstream.close()
+        if self._pump is not None:
+            self._pump.close()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         t_request_ns = time.monotonic_ns()
@@ -149,6 +158,21 @@ class CaptureProxy:
             transport = request.transport
             if writer is None or transport is None:
                 raise ConnectionResetError("the client left before the reply's head went out")
+            body, client = None, transport.get_extra_info("socket")
+            if self._pump is not None and client is not None and transport.get_write_buffer_size() == 0:
+                body = upstream.hand_over()  # (None: TLS, or the body is already whole)
+            if body is not None:
+                end = await self._pump.relay(body, client.fileno(), writer.chunked, xid)
+                if end.body is None:  # the client went away, or stopped reading and is cut
+                    if end.client_stalled:
+                        transport.close()
+                    raise ConnectionResetError(end.message)
+                upstream.taken_back(end.body, end.message)
+                if end.body == BODY_BROKE:
+                    raise UpstreamError(end.message or "the upstream broke off mid-reply")
+                await resp.write_eof()
+                ex.outcome = REPLIED
+                return resp
             sink = _ClientSink(transport, request.protocol, writer.chunked, self.feed, xid, upstream)
             upstream.start(sink.write)
             while not await upstream.wait():  # False: reading paused until the client catches up

@@ -156,7 +156,8 @@ async def _serve(opts: CaptureOptions, host: str, port: int, upstream: URL, path
     shown_host = f"[{host}]" if ":" in host else host
     print(
         f"{LISTENING_PREFIX}http://{shown_host}:{bound[1]} -> {upstream}, writing {path} "
-        f"(session key: header {opts.session_header}, else the longest shared history)",
+        f"(session key: header {opts.session_header}, else the longest shared history; "
+        f"relay: {proxy.relay})",
         flush=True,
     )
     stop = asyncio.Event()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from multidict import CIMultiDictProxy
 
@@ -43,6 +44,22 @@ _SIZE, _DATA, _DATA_END, _TRAILER = range(4)
 # sink(piece, chunk): a piece of the body; chunk is the same piece in the upstream's own chunked
 # framing (size line, data, CRLF) when the read was exactly that, else None.
 Sink = Callable[[bytes, bytes | None], None]
+
+
+class BodyState(NamedTuple):
+    """Where a reply's body is, for the compiled pump to carry on from (``hand_over``)."""
+
+    fd: int
+    chunked: bool
+    to_close: bool  # framed by the connection's close
+    left: int  # bytes left of a Content-Length body, or of the current chunk
+    chunk_state: int  # _SIZE.._TRAILER
+    carry: bytes  # the chunked decoder's cut line
+    early: bytes  # body that came before the hand-over, not yet given to anyone
+
+
+# How a hand-over ended (``taken_back``): the pump's statuses, as loadgen/capture/_relay.c has them.
+BODY_DONE, BODY_DONE_NO_REUSE, BODY_BROKE = 0, 1, 2
 
 
 class ClosedBeforeReply(UpstreamError):
@@ -79,6 +96,18 @@ class UpstreamReply:
 
     def resume(self) -> None:
         self._conn.resume()
+
+    def hand_over(self) -> BodyState | None:
+        """Give the rest of the body to the compiled pump (``pump.py``): the connection stops
+        reading, and its socket, framing and decoder state are returned. None where it cannot:
+        the body already ended or failed, a sink has it, or the connection is TLS (the pump moves
+        the socket's own bytes)."""
+        return self._conn.hand_over()
+
+    def taken_back(self, status: int, message: str | None) -> None:
+        """The pump ended with ``status`` (``pump.py``'s ``BODY_*``): set the connection's state
+        as its own decoder would have; then ``release`` as after ``wait``."""
+        self._conn.taken_back(status, message)
 
     def release(self) -> None:
         """To the pool when the body was read to its end and the connection can carry another
@@ -224,6 +253,37 @@ class UpstreamConnection(asyncio.Protocol):
         self._cancel_timer()
         if self._transport is not None:
             self._transport.close()
+
+    def hand_over(self) -> BodyState | None:
+        transport = self._transport
+        if (
+            self._phase != _BODY
+            or self._sink is not None
+            or transport is None
+            or transport.get_extra_info("sslcontext") is not None
+        ):
+            return None
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return None
+        self._paused = True
+        transport.pause_reading()
+        self._cancel_timer()  # the pump keeps the read deadline from here
+        early, self._early = b"".join(self._early), []
+        to_close = not self._chunked and self._left == -1
+        return BodyState(
+            sock.fileno(), self._chunked, to_close, self._left, self._chunk_state, self._chunk_buf, early
+        )
+
+    def taken_back(self, status: int, message: str | None) -> None:
+        self._last_rx_s = time.monotonic()
+        self._phase = _DONE
+        if status == BODY_DONE:
+            self.reusable = self._keep_alive and self._transport is not None
+        else:
+            self.reusable = False
+            if status == BODY_BROKE:
+                self._error = UpstreamError(message or "the upstream broke off mid-reply")
 
     # The head
 

@@ -20,6 +20,7 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from loadgen.capture.process import CaptureProcess
+from loadgen.capture.pump import RELAY
 from loadgen.cli import main
 from workloads import load_workload
 
@@ -124,11 +125,16 @@ def _chat_body(**extra: object) -> bytes:
     return json.dumps({"messages": msgs, "max_tokens": 50, "stream": True, **extra}).encode()
 
 
+@pytest.mark.parametrize("relay", ["compiled", "python"])
 def test_proxy_forwards_bytes_as_they_come_passes_errors_and_survives_a_client_leaving(
-    tmp_path, upstream
+    tmp_path, upstream, relay, monkeypatch
 ) -> None:
+    if relay == "compiled" and RELAY != "compiled":
+        pytest.skip("the relay pump is not built (make setup builds it)")
+    monkeypatch.setenv("LOADGEN_RELAY", relay)  # the capture child's relay (pump.py)
     out = tmp_path / "cap.jsonl"
     cap = CaptureProcess.start(["--upstream", upstream.url, "--out", str(out)])
+    assert cap.listening.rstrip().endswith(f"relay: {relay})"), cap.listening
     try:
         # 1. A stream: the first chunk reaches the client while the upstream still holds the rest.
         conn = http.client.HTTPConnection("127.0.0.1", cap.port, timeout=10)

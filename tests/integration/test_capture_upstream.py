@@ -10,20 +10,25 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+import uvloop
 from aiohttp import web
 from yarl import URL
 
-from loadgen.capture.feed import ExchangeFeed
+from loadgen.capture.feed import BEGIN, CHUNK, END, HEAD, REPLIED, UPSTREAM_BROKE, ExchangeFeed, decode_frames
 from loadgen.capture.process import CaptureProcess
 from loadgen.capture.proxy import CaptureProxy
+from loadgen.capture.pump import RELAY
 from loadgen.capture.upstream import UpstreamError, UpstreamPool
 
 BODY = b'data: {"choices":[{"index":0,"delta":{"content":" hi"}}]}\n\ndata: [DONE]\n\n'
+# The relays that move reply bodies: the compiled pump where it is built, and the Python one.
+RELAYS = ["compiled", "python"] if RELAY == "compiled" else ["python"]
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
 
@@ -324,7 +329,11 @@ def _peak_rss_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 
 
-def test_the_proxy_holds_a_fast_upstream_back_for_a_slow_client_and_forwards_every_byte(tmp_path) -> None:
+@pytest.mark.parametrize("relay", RELAYS)
+def test_the_proxy_holds_a_fast_upstream_back_for_a_slow_client_and_forwards_every_byte(
+    tmp_path, relay, monkeypatch
+) -> None:
+    monkeypatch.setenv("LOADGEN_RELAY", relay)  # the capture child's relay (pump.py)
     big = bytes(range(256)) * (48 * 4096)  # 48 MiB: far past what the sockets between can buffer
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
@@ -360,7 +369,8 @@ def test_the_proxy_holds_a_fast_upstream_back_for_a_slow_client_and_forwards_eve
     asyncio.run(main())
 
 
-def test_a_client_that_stops_reading_is_cut_after_the_read_timeout_and_its_upstream_closed() -> None:
+@pytest.mark.parametrize("relay", RELAYS)
+def test_a_client_that_stops_reading_is_cut_after_the_read_timeout_and_its_upstream_closed(relay) -> None:
     big = b"x" * (64 << 20)  # more than the sockets can buffer, so the proxy must wait for the client
     upstream_closed: list[float] = []
 
@@ -377,7 +387,7 @@ def test_a_client_that_stops_reading_is_cut_after_the_read_timeout_and_its_upstr
         async with RawServer(script) as server:
             proxy = CaptureProxy(
                 server.url, ExchangeFeed(), session_header="X-Session-ID",
-                connect_timeout_s=2, read_timeout_s=0.3,
+                connect_timeout_s=2, read_timeout_s=0.3, relay=relay,
             )  # fmt: skip
             runner = web.AppRunner(proxy.app, access_log=None, handler_cancellation=True, shutdown_timeout=2)
             await runner.setup()
@@ -403,3 +413,148 @@ def test_a_client_that_stops_reading_is_cut_after_the_read_timeout_and_its_upstr
                 await runner.cleanup()
 
     asyncio.run(main())
+
+
+# Replies as scripted writes (None: a pause, so the next write arrives in a read of its own), then
+# whether the upstream closes its connection. Each goes through the real proxy on both relays.
+SSE = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" hi\"}}]}\n\n"
+FEED_SCRIPTS = {
+    "chunked, cut anywhere, reused": (
+        [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3", None, b"A;e=1\r\n" + SSE[:30], None,
+         SSE[30:] + b"\r", None, b"\n00A\r\n" + SSE[:10] + b"\r\n0\r\nX-T: 1\r", None, b"\n\r\n"],
+        False,
+    ),
+    "chunked with the body in the head's read": (
+        [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%b\r\n" % (len(SSE), SSE), None,
+         b"%x\r\n%b\r\n0\r\n\r\n" % (len(SSE), SSE)],
+        False,
+    ),
+    "content-length": (
+        [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (3 * len(SSE)), SSE, None, SSE * 2],
+        False,
+    ),
+    "to the close": ([b"HTTP/1.1 200 OK\r\n\r\n", SSE, None, SSE, None, SSE], True),
+    "bad chunk size mid-stream": (
+        [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"%x\r\n%b\r\n" % (len(SSE), SSE), None,
+         b"zz\r\n" + SSE],
+        False,
+    ),
+    "cut mid-chunk": (
+        [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"%x\r\n%b\r\n" % (len(SSE), SSE), None,
+         b"%x\r\n%b" % (len(SSE), SSE[:9])],
+        True,
+    ),
+    "bytes after the end": (
+        [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(SSE), SSE + b"HTTP/1.1 200 OK\r\n"],
+        False,
+    ),
+}  # fmt: skip
+
+
+async def _through_proxy(relay: str, writes: list[bytes | None], close: bool) -> tuple:
+    """(client status line, body as the client de-framed it, whether it was cut, the feed's events
+    for the exchange: kinds in order, the joined pieces, the outcome), and the upstream's
+    connection count after a second request."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        for w in writes:
+            if w is None:
+                await writer.drain()
+                await asyncio.sleep(0.01)
+            else:
+                writer.write(w)
+        await writer.drain()
+        if close:
+            writer.close()
+
+    read_fd, write_fd = os.pipe()
+    async with RawServer(script) as server:
+        feed = ExchangeFeed()
+        await feed.connect(write_fd)
+        proxy = CaptureProxy(
+            server.url, feed, session_header="X-Session-ID", connect_timeout_s=2, read_timeout_s=5, relay=relay
+        )
+        runner = web.AppRunner(proxy.app, access_log=None, handler_cancellation=True, shutdown_timeout=2)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1]
+        try:
+            got = [await _post_raw(port) for _ in range(2)]
+            feed.flush()
+            await asyncio.sleep(0.05)
+            os.set_blocking(read_fd, False)
+            buf = bytearray()
+            while True:
+                try:
+                    data = os.read(read_fd, 1 << 20)
+                except BlockingIOError:
+                    break
+                if not data:
+                    break
+                buf += data
+            events = [e for frame in decode_frames(buf) for e in frame]
+        finally:
+            await runner.cleanup()
+            feed.close()
+            os.close(read_fd)
+    exchanges = []
+    for xid in sorted({e[1] for e in events}):
+        mine = [e for e in events if e[1] == xid]
+        pieces = b"".join(e[3] for e in mine if e[0] == CHUNK)
+        kinds = [e[0] for e in mine if e[0] != CHUNK]
+        exchanges.append((kinds, pieces, mine[-1][3]))
+    return got, exchanges, server.connections
+
+
+async def _post_raw(port: int) -> tuple[bytes, bytes, bool]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = b'{"messages":[{"role":"user","content":"hi"}],"stream":true}'
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%b"
+        % (len(body), body)
+    )
+    raw = b""
+    async with asyncio.timeout(10):
+        try:
+            while data := await reader.read(1 << 16):
+                raw += data
+        except ConnectionError:
+            pass
+    writer.close()
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n")[0]
+    if b"transfer-encoding: chunked" not in head.lower():
+        return status, rest, False
+    out, pos = b"", 0
+    while True:  # de-chunk what came; a reply without its last chunk was cut
+        eol = rest.find(b"\r\n", pos)
+        if eol < 0:
+            return status, out, True
+        size = int(rest[pos:eol], 16)
+        if size == 0:
+            return status, out, False
+        if len(rest) < eol + 4 + size:
+            return status, out + rest[eol + 2 : eol + 2 + size], True
+        out += rest[eol + 2 : eol + 2 + size]
+        pos = eol + 4 + size
+
+
+@pytest.mark.skipif(RELAY != "compiled", reason="the relay pump is not built (make setup builds it)")
+@pytest.mark.parametrize("name", list(FEED_SCRIPTS))
+def test_both_relays_give_the_client_and_the_feed_the_same_exchange(name: str) -> None:
+    writes, close = FEED_SCRIPTS[name]
+
+    def run(relay: str) -> tuple:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:  # as `loadgen capture` runs
+            return runner.run(_through_proxy(relay, writes, close))
+
+    compiled, python = run("compiled"), run("python")
+    assert compiled == python, name
+    (client, exchanges, connections) = python
+    assert len(exchanges) == 2 and all(kinds == [BEGIN, HEAD, END] for kinds, _, _ in exchanges)
+    for (status, body, cut), (_, pieces, outcome) in zip(client, exchanges, strict=True):
+        assert status == b"HTTP/1.1 200 OK" and body.startswith(SSE[:9]) and pieces == body
+        assert outcome == (UPSTREAM_BROKE if cut else REPLIED), (name, cut, outcome)
+    # The upstream's connection carries the second request only after a body that ended cleanly.
+    reusable = not close and not any(cut for _, _, cut in client) and "after the end" not in name
+    assert connections == (1 if reusable else 2), (name, connections)
