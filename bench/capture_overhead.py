@@ -23,20 +23,22 @@ and the client on the others. Target: added p99 < 1 ms per chunk at 100 streams.
 keep it waiting; ``--assembler-apart`` puts the capture's assembler process beside the sim and the
 client instead of beside the relay. The assembler's CPU is printed apart from the relay's.
 
-Measured on the shared 2-core development machine, 100 streams of 64 tokens, ``--pin``, alternating
-runs of the one-process proxy (parsing on the relay's loop) and the relay with its assembler
-process at load average 0.7-1.6 (docs/performance.md, "The capture proxy"): added per chunk p50
-0.35-0.45 ms before, 0.10-0.17 ms after; p99 2.4-18 ms before, 0.55-12 ms after: the p99 target
-is met in one run of six. Relay CPU per chunk 44-48 us before, 25-38 us after, plus 11-17 us in
-the assembler process. What is left is the relay's two system calls and loop per chunk, ~30 us
-here, against bunches of one or two hundred chunks from the sim: the last of a bunch wait
-milliseconds. Figures vary from run to run with the machine's load: compare paths within one
-run, and CPU per chunk across runs.
+``--relay`` picks the relay that moves reply bodies: the compiled pump (the default where it is
+built), the Python one (``LOADGEN_RELAY=python``), or ``both``: one capture of each, measured in
+turn in the same run, which is how to compare them on a shared machine.
+
+Measured on the 2-core development machine, 100 streams of 64 tokens, ``--pin --relay both``, six
+runs at load average 0.4-0.9 (docs/performance.md, "The capture proxy"): added per chunk p50 0.01
+ms with the compiled pump against 0.06-0.15 ms with the Python relay, p99 0.20-0.53 ms against
+0.31-0.60 ms. Relay CPU per chunk 13.0-14.8 us against 14.8-18.8 us, most of it the kernel's
+loopback send and the per-request work. Figures vary from run to run with the machine's load:
+compare paths within one run, and CPU per chunk across runs.
 
     .venv/bin/python bench/capture_overhead.py                  # 1 and 100 streams; 4 s each
     .venv/bin/python bench/capture_overhead.py -c 100 -d 8 --redact
     .venv/bin/python bench/capture_overhead.py -c 100 --pin       # the proxy on a core of its own
     .venv/bin/python bench/capture_overhead.py -c 100 --pin --realtime --assembler-apart
+    .venv/bin/python bench/capture_overhead.py -c 100 --pin --relay both   # compiled vs Python relay
 
 Prints figures; it is not a test. Everything binds 127.0.0.1 and is stopped at the end.
 """
