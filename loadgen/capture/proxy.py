@@ -159,7 +159,12 @@ class CaptureProxy:
             if writer is None or transport is None:
                 raise ConnectionResetError("the client left before the reply's head went out")
             body, client = None, transport.get_extra_info("socket")
-            if self._pump is not None and client is not None and transport.get_write_buffer_size() == 0:
+            if (
+                self._pump is not None
+                and client is not None
+                and transport.get_extra_info("sslcontext") is None  # the pump writes the socket's own bytes
+                and transport.get_write_buffer_size() == 0  # nothing of aiohttp's still queued before it
+            ):
                 body = upstream.hand_over()  # (None: TLS, or the body is already whole)
             if body is not None:
                 end = await self._pump.relay(body, client.fileno(), writer.chunked, xid)
