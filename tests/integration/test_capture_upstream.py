@@ -415,9 +415,11 @@ def test_a_client_that_stops_reading_is_cut_after_the_read_timeout_and_its_upstr
     asyncio.run(main())
 
 
-# Replies as scripted writes (None: a pause, so the next write arrives in a read of its own), then
-# whether the upstream closes its connection. Each goes through the real proxy on both relays.
-SSE = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" hi\"}}]}\n\n"
+# Replies as scripted writes (None: a pause, so the next write arrives in a read of its own; a
+# number: silence for that many seconds, past the proxy's read timeout), then whether the upstream
+# closes its connection. Each goes through the real proxy on both relays.
+FEED_READ_TIMEOUT_S = 0.5
+SSE = b'data: {"choices":[{"index":0,"delta":{"content":" hi"}}]}\n\n'
 FEED_SCRIPTS = {
     "chunked, cut anywhere, reused": (
         [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3", None, b"A;e=1\r\n" + SSE[:30], None,
@@ -444,6 +446,10 @@ FEED_SCRIPTS = {
          b"%x\r\n%b" % (len(SSE), SSE[:9])],
         True,
     ),
+    "silent past the read timeout": (
+        [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"%x\r\n%b\r\n" % (len(SSE), SSE), 1.0],
+        False,
+    ),
     "bytes after the end": (
         [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(SSE), SSE + b"HTTP/1.1 200 OK\r\n"],
         False,
@@ -451,16 +457,16 @@ FEED_SCRIPTS = {
 }  # fmt: skip
 
 
-async def _through_proxy(relay: str, writes: list[bytes | None], close: bool) -> tuple:
+async def _through_proxy(relay: str, writes: list[bytes | float | None], close: bool) -> tuple:
     """(client status line, body as the client de-framed it, whether it was cut, the feed's events
     for the exchange: kinds in order, the joined pieces, the outcome), and the upstream's
     connection count after a second request."""
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         for w in writes:
-            if w is None:
+            if w is None or isinstance(w, float):
                 await writer.drain()
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01 if w is None else w)
             else:
                 writer.write(w)
         await writer.drain()
@@ -472,8 +478,9 @@ async def _through_proxy(relay: str, writes: list[bytes | None], close: bool) ->
         feed = ExchangeFeed()
         await feed.connect(write_fd)
         proxy = CaptureProxy(
-            server.url, feed, session_header="X-Session-ID", connect_timeout_s=2, read_timeout_s=5, relay=relay
-        )
+            server.url, feed, session_header="X-Session-ID", connect_timeout_s=2,
+            read_timeout_s=FEED_READ_TIMEOUT_S, relay=relay,
+        )  # fmt: skip
         runner = web.AppRunner(proxy.app, access_log=None, handler_cancellation=True, shutdown_timeout=2)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()

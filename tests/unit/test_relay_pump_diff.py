@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import socket
+import time
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadgen.capture import pump as pump_module
-from loadgen.capture.feed import CHUNK
-from loadgen.capture.upstream_connection import UpstreamConnection
+from loadgen.capture.assembly import CHAT
+from loadgen.capture.feed import CHUNK, END, REPLIED, SHED, ExchangeFeed, decode_frames
+from loadgen.capture.pump import PumpEnd
+from loadgen.capture.upstream_connection import BODY_DONE_NO_REUSE, BodyState, UpstreamConnection
 
 _relay = pump_module._relay
 pytestmark = pytest.mark.skipif(_relay is None, reason="the relay pump is not built (make setup builds it)")
@@ -307,3 +312,60 @@ def test_a_big_body_that_came_with_the_head_goes_first_in_pieces_of_one_read() -
     head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (len(data) + 5)
     for out_chunked in (False, True):
         _same(head, [data[:1000], data[1000:], b"tail!"], True, 2, out_chunked)
+
+
+def test_a_feed_that_starts_shedding_stops_the_pumps_recording_and_ends_the_exchange_as_shed() -> None:
+    """What ``feed.chunk`` does for the Python relay: once the pipe is past its limit, the pieces of
+    an exchange being relayed stop going to the feed, and its end is SHED."""
+    token = b'data: {"choices":[{"index":0,"delta":{"content":" x"}}]}\n\n'
+    body = orjson.dumps({"messages": [{"role": "user", "content": "a"}], "stream": True})
+
+    async def main() -> tuple[list[tuple], PumpEnd, bytes]:
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        feed = ExchangeFeed(max_unsent_bytes=4 << 20)
+        await feed.connect(write_fd)
+        pump = pump_module.BodyPump(feed, read_timeout_s=5.0)
+        up_ours, up_theirs = socket.socketpair()
+        cl_ours, cl_theirs = socket.socketpair()
+        for s in (up_ours, cl_ours):
+            s.setblocking(False)
+        t = time.monotonic_ns()
+        xid = feed.begin(t, CHAT, "k", body)
+        feed.head(xid, 200, "text/event-stream", "")
+        state = BodyState(up_ours.fileno(), False, True, -1, 0, b"", b"")
+        relayed = asyncio.ensure_future(pump.relay(state, cl_ours.fileno(), False, xid))
+        up_theirs.sendall(token)
+        await asyncio.sleep(0.05)
+        other = feed.begin(
+            t, CHAT, "k2", orjson.dumps({"messages": [{"role": "user", "content": "y" * (8 << 20)}]})
+        )
+        feed.flush()
+        assert feed.shedding  # nothing reads the pipe yet
+        up_theirs.sendall(token)
+        up_theirs.shutdown(socket.SHUT_WR)
+        end = await asyncio.wait_for(relayed, 5)
+        feed.end(xid, t, REPLIED)
+        feed.end(other, t, REPLIED)
+        feed.close()
+        pump.close()
+        got = bytearray()
+        while True:
+            await asyncio.sleep(0.001)
+            try:
+                data = os.read(read_fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not data:
+                break
+            got += data
+        os.close(read_fd)
+        client = cl_theirs.recv(1 << 16)
+        for s in (up_ours, up_theirs, cl_ours, cl_theirs):
+            s.close()
+        return [e for batch in decode_frames(got) for e in batch], end, client
+
+    events, end, client = asyncio.run(main())
+    assert end.body == BODY_DONE_NO_REUSE and client == token * 2  # the client got every piece
+    assert [e[3] for e in events if e[0] == CHUNK] == [token]  # the feed only those before the limit
+    assert [e[3] for e in events if e[0] == END and e[1] == 1] == [SHED]  # the pumped exchange
