@@ -20,18 +20,18 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as e:  # no compiler at all (distutils raises before compiling)
-            self._skipped(e)
+            self._skipped("C reader and relay", e)
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
         except Exception as e:  # the compiler is there but fails (or is `false`)
-            self._skipped(e)
+            self._skipped(ext.name, e)
 
     @staticmethod
-    def _skipped(e: BaseException) -> None:
+    def _skipped(what: str, e: BaseException) -> None:
         reason = " ".join(str(e).split())[:200] or type(e).__name__
-        print(f"loadgen: C reader not built ({reason}); using the Python reader", file=sys.stderr)
+        print(f"loadgen: {what} not built ({reason}); using the Python path instead", file=sys.stderr)
 
 
 setup(
