@@ -95,9 +95,18 @@ class Recorder:
     def _fold(self, tag: str, values: list[int]) -> None:
         h = self._delta.get(tag)
         if h is None:
-            h = self._delta[tag] = new_histogram()
+            h = self._delta[tag] = self._wire_histogram(tag) if self._wire_records else new_histogram()
         record_clamped(h, values)
         values.clear()
+
+    def _wire_histogram(self, tag: str) -> HdrHistogram:
+        """The tag's reused histogram for ``take_delta``, emptied."""
+        h = self._wire.get(tag)
+        if h is None:
+            h = self._wire[tag] = new_histogram()
+        else:
+            clear(h)
+        return h
 
     def record_request(self, rec: RequestRecord) -> None:
         labels = (rec.turn_class, rec.tenant, rec.target)
@@ -114,17 +123,20 @@ class Recorder:
         self._records.append(rec.to_dict() if self._wire_records else rec)
 
     def take_delta(self) -> Delta:
-        """Encode and clear everything recorded since the last call (for the wire)."""
+        """Encode and clear everything recorded since the last call (for the wire): the values
+        already folded into a histogram (a tag that passed ``FOLD_VALUES`` since the last call)
+        and those still pending."""
         pending, self._pending, self._by_labels = self._pending, {}, {}
+        folded, self._delta = self._delta, {}
         encoded = {}
-        for tag, values in pending.items():
+        for tag in folded.keys() | {tag for tag, values in pending.items() if values}:
+            h = folded.get(tag)
+            if h is None:
+                h = self._wire_histogram(tag)
+            values = pending.get(tag)
             if values:
-                h = self._wire.get(tag)
-                if h is None:
-                    h = self._wire[tag] = new_histogram()
-                else:
-                    clear(h)
-                encoded[tag] = record_clamped(h, values).encode()
+                record_clamped(h, values)
+            encoded[tag] = h.encode()
         records, self._records = self._records, []
         if not self._wire_records:
             records = [r.to_dict() for r in records]
