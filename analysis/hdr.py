@@ -54,6 +54,11 @@ def bins(h: HdrHistogram) -> Bins:
     return Bins(lowest, lowest + size - 1, counts[idx].astype(np.int64))
 
 
+# Below this many values, record_many adds one count per value instead of a whole bincount of
+# the 23,552 buckets (2-6 µs against 16-18 µs for up to 100 values; even at ~400).
+SMALL_BATCH = 400
+
+
 def record_many(h: HdrHistogram, values: np.ndarray) -> None:
     """Record every value of ``values`` (integers already in range) into ``h``: what a loop of
     ``h.record_value(v)`` does, with numpy (recording millions of ITL gaps one by one takes seconds)."""
@@ -71,7 +76,10 @@ def record_many(h: HdrHistogram, values: np.ndarray) -> None:
     v, idx = v[keep], idx[keep]
     if not len(v):
         return
-    counts += np.bincount(idx, minlength=len(counts)).astype(counts.dtype)
+    if len(idx) < SMALL_BATCH:  # a few values: count them where they fall (bincount walks every bucket)
+        np.add.at(counts, idx, 1)
+    else:
+        counts += np.bincount(idx, minlength=len(counts)).astype(counts.dtype)
     h.total_count += len(v)
     h.min_value = min(h.min_value, int(v.min()))
     h.max_value = max(h.max_value, int(v.max()))

@@ -53,15 +53,20 @@ def clamp_us(value_us: float) -> int:
     return HIST_LOWEST_US if v < HIST_LOWEST_US else HIST_HIGHEST_US if v > HIST_HIGHEST_US else v
 
 
+def clamped_values(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """``values`` as int64, each as ``clamp_us`` makes it (floats round half to even)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind == "f":
+        arr = np.rint(arr)
+    return np.clip(arr.astype(np.int64), HIST_LOWEST_US, HIST_HIGHEST_US)
+
+
 def record_clamped(h: HdrHistogram, values: Sequence[float] | np.ndarray) -> HdrHistogram:
     """Record every value into ``h`` as ``h.record_value(clamp_us(v))`` would, at numpy speed
     (counts, total, min and max alike; floats round half to even, as ``round``). Returns ``h``."""
-    arr = np.asarray(values)
-    if not arr.size:
+    if not len(values):
         return h
-    if arr.dtype.kind == "f":
-        arr = np.rint(arr)
-    record_many(h, np.clip(arr.astype(np.int64), HIST_LOWEST_US, HIST_HIGHEST_US))
+    record_many(h, clamped_values(values))
     return h
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from analysis.hlog import clamp_us, new_histogram
 from analysis.records import RequestRecord, histogram_tag, metric_values
-from loadgen.engine.recorder import Delta, MetricsAggregate, Recorder
+from loadgen.engine import recorder as recorder_module
+from loadgen.engine.recorder import RAW_VALUES_MAX, Delta, MetricsAggregate, Recorder
 
 
 def _record(i: int, rng: random.Random, ok: bool = True) -> RequestRecord:
@@ -40,14 +41,23 @@ def _record(i: int, rng: random.Random, ok: bool = True) -> RequestRecord:
 
 
 @pytest.mark.parametrize(
-    ("wire_records", "fold_values"),
-    [(False, Recorder.FOLD_VALUES), (True, Recorder.FOLD_VALUES), (False, 7), (True, 7)],
+    ("wire_records", "fold_values", "raw_values_max"),
+    [
+        (False, Recorder.FOLD_VALUES, RAW_VALUES_MAX),
+        (True, Recorder.FOLD_VALUES, RAW_VALUES_MAX),
+        (True, Recorder.FOLD_VALUES, 0),  # every delta an encoded histogram
+        (True, Recorder.FOLD_VALUES, 40),  # some tags as values, some encoded, in one delta
+        (False, 7, RAW_VALUES_MAX),
+        (True, 7, RAW_VALUES_MAX),
+    ],
 )
 def test_merge_of_deltas_from_several_workers_equals_rebuild_from_records(
-    wire_records: bool, fold_values: int
+    wire_records: bool, fold_values: int, raw_values_max: int, monkeypatch
 ) -> None:
     """With folds between reports too (a tag past FOLD_VALUES between two reports: ~8,000 ITL
-    values a second at 0.5 s reports): those values once never reached the wire."""
+    values a second at 0.5 s reports): those values once never reached the wire. Small deltas
+    travel as their values, bigger ones as encoded histograms: the merge is the same."""
+    monkeypatch.setattr(recorder_module, "RAW_VALUES_MAX", raw_values_max)
     rng = random.Random(3)
     workers = [Recorder(wire_records=wire_records) for _ in range(3)]
     for w in workers:
@@ -86,9 +96,9 @@ def test_take_delta_clears_and_records_travel_as_dicts(wire_records: bool) -> No
     r.record_request(rec)
     d = r.take_delta()
     assert d.records == [rec.to_dict()]
-    assert d.histograms
+    assert d.values and not d.histograms  # a request's few values go as themselves
     empty = r.take_delta()
-    assert empty.records == [] and empty.histograms == {}
+    assert empty.records == [] and empty.histograms == {} and empty.values == {}
 
 
 def test_a_recorder_of_wire_records_refuses_take() -> None:
@@ -207,7 +217,7 @@ def test_each_delta_encodes_only_its_own_values_though_the_histograms_are_reused
 
     r, rng = Recorder(), random.Random(7)
     for batch in range(3):  # a tag seen in every delta reuses one histogram, cleared in between
-        values = [rng.randint(1, 10**8) for _ in range(200 + batch)]
+        values = [rng.randint(1, 10**8) for _ in range(RAW_VALUES_MAX + 1 + batch)]
         for v in values:
             r.record("ttft", v, "first", "t", "x")
         encoded = r.take_delta().histograms[histogram_tag("ttft", "first", "t", "x")]
