@@ -80,6 +80,22 @@ def test_every_exchange_is_settled_once_whatever_its_end() -> None:
     assert [(t.content, t.max_tokens) for t in conv.turns] == [("a", 2), ("b", 1)]
 
 
+async def read_events_to_end(read_fd: int) -> list[tuple]:
+    """Every event a feed wrote to the pipe ``read_fd`` (non-blocking) until it closed it; closes it."""
+    got = bytearray()
+    while True:
+        await asyncio.sleep(0.001)
+        try:
+            data = os.read(read_fd, 1 << 20)
+        except BlockingIOError:
+            continue
+        if not data:
+            break
+        got += data
+    os.close(read_fd)
+    return [e for batch in decode_frames(got) for e in batch]
+
+
 def test_a_feed_nobody_reads_sheds_bodies_and_pieces_and_says_so() -> None:
     async def main() -> list[tuple]:
         read_fd, write_fd = os.pipe()
@@ -98,18 +114,7 @@ def test_a_feed_nobody_reads_sheds_bodies_and_pieces_and_says_so() -> None:
         feed.end(first, t, REPLIED)
         feed.end(second, t, REPLIED)
         feed.close()
-        got = bytearray()
-        while True:
-            await asyncio.sleep(0.001)
-            try:
-                data = os.read(read_fd, 1 << 20)
-            except BlockingIOError:
-                continue
-            if not data:
-                break
-            got += data
-        os.close(read_fd)
-        return [e for batch in decode_frames(got) for e in batch]
+        return await read_events_to_end(read_fd)
 
     events = asyncio.run(main())
     begins = {e[1]: e[5] for e in events if e[0] == BEGIN}

@@ -26,9 +26,11 @@ from hypothesis import strategies as st
 
 from loadgen.capture import pump as pump_module
 from loadgen.capture.assembly import CHAT
-from loadgen.capture.feed import CHUNK, END, REPLIED, SHED, ExchangeFeed, decode_frames
+from loadgen.capture.feed import CHUNK, END, REPLIED, SHED, ExchangeFeed
 from loadgen.capture.pump import PumpEnd
 from loadgen.capture.upstream_connection import BODY_DONE_NO_REUSE, BodyState, UpstreamConnection
+
+from .test_capture_feed import read_events_to_end
 
 _relay = pump_module._relay
 pytestmark = pytest.mark.skipif(_relay is None, reason="the relay pump is not built (make setup builds it)")
@@ -349,21 +351,11 @@ def test_a_feed_that_starts_shedding_stops_the_pumps_recording_and_ends_the_exch
         feed.end(other, t, REPLIED)
         feed.close()
         pump.close()
-        got = bytearray()
-        while True:
-            await asyncio.sleep(0.001)
-            try:
-                data = os.read(read_fd, 1 << 20)
-            except BlockingIOError:
-                continue
-            if not data:
-                break
-            got += data
-        os.close(read_fd)
+        events = await read_events_to_end(read_fd)
         client = cl_theirs.recv(1 << 16)
         for s in (up_ours, up_theirs, cl_ours, cl_theirs):
             s.close()
-        return [e for batch in decode_frames(got) for e in batch], end, client
+        return events, end, client
 
     events, end, client = asyncio.run(main())
     assert end.body == BODY_DONE_NO_REUSE and client == token * 2  # the client got every piece
