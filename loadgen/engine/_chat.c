@@ -274,6 +274,18 @@ static int text_present(const JVal *v) {
     return !v->empty;
 }
 
+/* A delta event's text: a token chunk when there is text (reasoning or not; the reply's own
+ * text when is_content), nothing when it is empty, Python's when it is not a string. */
+static int delta_chunk(const JVal *text, int reasoning, int is_content, Chunk *ch) {
+    int t = text_present(text);
+    if (t < 0) return LINE_FALLBACK;
+    if (t == 0) return LINE_NOTHING;
+    ch->generated = 1;
+    ch->reasoning = reasoning;
+    if (is_content) { ch->content = *text; ch->has_text = 1; }
+    return LINE_CHUNK;
+}
+
 /* An Anthropic Messages event (targets/adapters/anthropic.py, _MessagesStream.parse_line): the
  * content_block_delta events of text, thinking and tool input, the events that carry nothing,
  * and message_stop. message_start and message_delta (usage), errors and unknown types: Python. */
@@ -291,13 +303,7 @@ static int read_messages(const JVal *top, Chunk *ch) {
         int field = str_is(&d[0], "text_delta") ? 1 : str_is(&d[0], "thinking_delta") ? 2
                   : str_is(&d[0], "input_json_delta") ? 3 : 0;
         if (field == 0) return LINE_NOTHING;  /* signature_delta, citations_delta */
-        int t = text_present(&d[field]);
-        if (t < 0) return LINE_FALLBACK;
-        if (t == 0) return LINE_NOTHING;
-        ch->generated = 1;
-        ch->reasoning = field == 2;
-        if (field == 1) { ch->content = d[1]; ch->has_text = 1; }
-        return LINE_CHUNK;
+        return delta_chunk(&d[field], field == 2, field == 1, ch);
     }
     if (str_is(&v[0], "content_block_start") || str_is(&v[0], "content_block_stop") || str_is(&v[0], "ping"))
         return LINE_NOTHING;
@@ -324,13 +330,7 @@ static int read_responses(const JVal *top, Chunk *ch) {
             return LINE_FALLBACK;
         return LINE_NOTHING;  /* event types that carry nothing loadgen counts */
     }
-    int t = text_present(&v[1]);
-    if (t < 0) return LINE_FALLBACK;
-    if (t == 0) return LINE_NOTHING;
-    ch->generated = 1;
-    ch->reasoning = kind == 2;
-    if (kind == 1) { ch->content = v[1]; ch->has_text = 1; }
-    return LINE_CHUNK;
+    return delta_chunk(&v[1], kind == 2, kind == 1, ch);
 }
 
 /* llama-server's native /completion chunk (targets/adapters/llamacpp.py, _LlamaStream): the
@@ -505,28 +505,26 @@ static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
     PyObject *state, *stream, *usage_type = NULL;
     const char *mode = "openai-chat";
     if (!PyArg_ParseTuple(args, "OO|sO", &state, &stream, &mode, &usage_type)) return -1;
-    if (strcmp(mode, "openai-chat") == 0) {
-        self->mode = MODE_CHAT;
+    /* the adapters' wire formats, by the names sse_state.COMPILED_PATHS gives */
+    static const char *const names[] = {
+        "openai-chat", "openai-completions", "llama-server", "anthropic-messages", "openai-responses", "sglang",
+    };
+    int found = -1;
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (strcmp(mode, names[i]) == 0) found = i;  /* names[i] is mode i (the MODE_ enum) */
+    if (found < 0) {
+        PyErr_Format(PyExc_ValueError, "ChatTaker: no compiled path for %s", mode);
+        return -1;
+    }
+    self->mode = found;
+    self->keep_reasoning = 0;
+    if (self->mode == MODE_CHAT) {
         PyObject *keep = PyObject_GetAttr(stream, s_keep_reasoning);
         if (keep == NULL) return -1;
         self->keep_reasoning = PyObject_IsTrue(keep);
         Py_DECREF(keep);
         if (self->keep_reasoning < 0) return -1;
-    } else if (strcmp(mode, "openai-completions") == 0) {
-        self->mode = MODE_COMPLETIONS;
-        self->keep_reasoning = 0;
-    } else if (strcmp(mode, "llama-server") == 0) {
-        self->mode = MODE_LLAMA;
-        self->keep_reasoning = 0;
-    } else if (strcmp(mode, "anthropic-messages") == 0) {
-        self->mode = MODE_MESSAGES;
-        self->keep_reasoning = 0;
-    } else if (strcmp(mode, "openai-responses") == 0) {
-        self->mode = MODE_RESPONSES;
-        self->keep_reasoning = 0;
-    } else if (strcmp(mode, "sglang") == 0) {
-        self->mode = MODE_SGLANG;
-        self->keep_reasoning = 0;
+    } else if (self->mode == MODE_SGLANG) {
         if (usage_type == NULL || !PyCallable_Check(usage_type)) {
             PyErr_SetString(PyExc_TypeError, "ChatTaker: mode 'sglang' takes the Usage class as its fourth argument");
             return -1;
@@ -538,9 +536,6 @@ static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
         self->incremental = PyObject_IsTrue(inc);
         Py_DECREF(inc);
         if (self->incremental < 0) return -1;
-    } else {
-        PyErr_Format(PyExc_ValueError, "ChatTaker: no compiled path for %s", mode);
-        return -1;
     }
     Py_INCREF(state);
     Py_XSETREF(self->state, state);

@@ -20,11 +20,12 @@ import uvloop
 from aiohttp import web
 from yarl import URL
 
-from loadgen.capture.feed import BEGIN, CHUNK, END, HEAD, REPLIED, UPSTREAM_BROKE, ExchangeFeed, decode_frames
+from loadgen.capture.feed import BEGIN, CHUNK, END, HEAD, REPLIED, UPSTREAM_BROKE, ExchangeFeed
 from loadgen.capture.process import CaptureProcess
 from loadgen.capture.proxy import CaptureProxy
 from loadgen.capture.pump import RELAY
 from loadgen.capture.upstream import UpstreamError, UpstreamPool
+from tests.unit.test_capture_feed import read_events_to_end
 
 BODY = b'data: {"choices":[{"index":0,"delta":{"content":" hi"}}]}\n\ndata: [DONE]\n\n'
 # The relays that move reply bodies: the compiled pump where it is built, and the Python one.
@@ -474,6 +475,7 @@ async def _through_proxy(relay: str, writes: list[bytes | float | None], close: 
             writer.close()
 
     read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
     async with RawServer(script) as server:
         feed = ExchangeFeed()
         await feed.connect(write_fd)
@@ -487,23 +489,10 @@ async def _through_proxy(relay: str, writes: list[bytes | float | None], close: 
         port = runner.addresses[0][1]
         try:
             got = [await _post_raw(port) for _ in range(2)]
-            feed.flush()
-            await asyncio.sleep(0.05)
-            os.set_blocking(read_fd, False)
-            buf = bytearray()
-            while True:
-                try:
-                    data = os.read(read_fd, 1 << 20)
-                except BlockingIOError:
-                    break
-                if not data:
-                    break
-                buf += data
-            events = [e for frame in decode_frames(buf) for e in frame]
         finally:
             await runner.cleanup()
-            feed.close()
-            os.close(read_fd)
+            feed.close()  # written whole, then the pipe closed: the reader reads to its end
+        events = await read_events_to_end(read_fd)
     exchanges = []
     for xid in sorted({e[1] for e in events}):
         mine = [e for e in events if e[1] == xid]
