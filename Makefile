@@ -13,7 +13,7 @@ setup: $(STAMP)
 # The install builds the compiled reader (setup.py, loadgen/engine/_reader.c and _chat.c) and the
 # capture relay's pump (loadgen/capture/_relay.c) where a C compiler works; without one the install
 # still works, on the Python reader and relay, and says so.
-$(STAMP): pyproject.toml setup.py loadgen/engine/_reader.c loadgen/engine/_chat.c loadgen/capture/_relay.c
+$(STAMP): pyproject.toml setup.py loadgen/engine/_reader.c loadgen/engine/_chat.c loadgen/engine/_reader_api.h loadgen/capture/_relay.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,routers]'

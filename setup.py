@@ -39,6 +39,7 @@ setup(
         Extension(
             "loadgen.engine._reader",
             sources=["loadgen/engine/_reader.c"],
+            depends=["loadgen/engine/_reader_api.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),
@@ -46,6 +47,7 @@ setup(
         Extension(
             "loadgen.engine._chat",
             sources=["loadgen/engine/_chat.c"],
+            depends=["loadgen/engine/_reader_api.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -27,6 +27,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "_reader_api.h"
+
 #define MAX_DEPTH 32
 
 enum { J_NONE = 0, J_NULL, J_FALSE, J_TRUE, J_NUM, J_STR, J_ARR, J_OBJ };
@@ -177,26 +179,75 @@ static const char *scan_value(const char *p, const char *end, int depth, JVal *v
     return NULL;
 }
 
+/* The end of the string at p (its opening quote) of JSON scan_value has validated, and whether
+ * it has an escape: no checks, the validation was done. */
+static const char *skip_string(const char *p, int *escaped) {
+    p++;
+    for (;;) {
+        char c = *p;
+        if (c == '"') return p + 1;
+        if (c == '\\') { *escaped = 1; p += 2; } else p++;
+    }
+}
+
+/* The value at p (no white space before it) of JSON scan_value has validated, into v: its end.
+ * Objects and arrays are skipped over by their brackets, outside strings. */
+static const char *skip_known(const char *p, JVal *v) {
+    v->start = p;
+    v->empty = 0;
+    v->escaped = 0;
+    char c = *p;
+    if (c == '"') {
+        const char *q = skip_string(p, &v->escaped);
+        v->kind = J_STR;
+        v->empty = (q - p) == 2;
+        return v->end = q;
+    }
+    if (c == '{' || c == '[') {
+        v->kind = c == '{' ? J_OBJ : J_ARR;
+        const char *q = p + 1;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (*q == '}' || *q == ']') { v->empty = 1; return v->end = q + 1; }
+        int depth = 1, esc;
+        while (depth > 0) {
+            char d = *q;
+            if (d == '"') { q = skip_string(q, &esc); continue; }
+            if (d == '{' || d == '[') depth++;
+            else if (d == '}' || d == ']') depth--;
+            q++;
+        }
+        return v->end = q;
+    }
+    if (c == 't') { v->kind = J_TRUE; return v->end = p + 4; }
+    if (c == 'f') { v->kind = J_FALSE; return v->end = p + 5; }
+    if (c == 'n') { v->kind = J_NULL; return v->end = p + 4; }
+    v->kind = J_NUM;
+    while ((*p >= '0' && *p <= '9') || *p == '-' || *p == '+' || *p == '.' || *p == 'e' || *p == 'E') p++;
+    return v->end = p;
+}
+
 /* The members named in keys[] of an object already validated by scan_value, into out[] (J_NONE
  * for those absent). -1 when one is repeated or any key has an escape (the Python path decides). */
 static int find_members(const JVal *obj, const char *const *keys, int nkeys, JVal *out) {
-    for (int i = 0; i < nkeys; i++) out[i].kind = J_NONE;
+    size_t klens[8];
+    for (int i = 0; i < nkeys; i++) {
+        out[i].kind = J_NONE;
+        klens[i] = strlen(keys[i]);
+    }
     if (obj->empty) return 0;
     const char *p = obj->start + 1, *end = obj->end;
     for (;;) {
         p = skip_ws(p, end);
-        int esc;
+        int esc = 0;
         const char *kstart = p + 1;
-        const char *q = scan_string(p, end, &esc);
-        if (q == NULL) return -1;
+        const char *q = skip_string(p, &esc);
         if (esc) return -1;
-        Py_ssize_t klen = (q - 1) - kstart;
-        p = skip_ws(q, end) + 1;  /* past ':' */
+        size_t klen = (size_t)((q - 1) - kstart);
+        p = skip_ws(skip_ws(q, end) + 1, end);  /* past ':' */
         JVal val;
-        p = scan_value(p, end, 1, &val);
-        if (p == NULL) return -1;
+        p = skip_known(p, &val);
         for (int i = 0; i < nkeys; i++) {
-            if ((Py_ssize_t)strlen(keys[i]) == klen && memcmp(keys[i], kstart, klen) == 0) {
+            if (klens[i] == klen && memcmp(keys[i], kstart, klen) == 0) {
                 if (out[i].kind != J_NONE) return -1;
                 out[i] = val;
             }
@@ -351,8 +402,7 @@ static int read_llama(const JVal *top, Chunk *ch) {
         const char *q = v[4].start + 1;
         for (;;) {
             JVal item;
-            q = scan_value(q, v[4].end, 1, &item);
-            if (q == NULL) return LINE_FALLBACK;
+            q = skip_known(skip_ws(q, v[4].end), &item);
             tokens++;
             q = skip_ws(q, v[4].end);
             if (*q == ',') { q++; continue; }
@@ -408,8 +458,8 @@ static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasonin
     if (choices->empty) return LINE_NOTHING;
     /* the first element, and that it is the only one */
     JVal c0;
-    const char *q = scan_value(choices->start + 1, choices->end, 1, &c0);
-    if (q == NULL || c0.kind != J_OBJ) return LINE_FALLBACK;
+    const char *q = skip_known(skip_ws(choices->start + 1, choices->end), &c0);
+    if (c0.kind != J_OBJ) return LINE_FALLBACK;
     q = skip_ws(q, choices->end);
     if (*q != ']') return LINE_FALLBACK;
     static const char *const c0_keys[] = {"index", "delta", "text"};
@@ -457,6 +507,15 @@ static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasonin
     return ch->generated || ch->has_text ? LINE_CHUNK : LINE_NOTHING;
 }
 
+/* ---- ChatTaker: a stream's state, fed in C ----
+ *
+ * What the chunks it understands say is kept here, in C (their stamps and token counts, the text
+ * as UTF-8, the counts), and written to the Python state by flush(): at the end of every take()
+ * and consume() call, before any line goes to the Python path, and, on the raw path (the Poller's
+ * reads straight into raw_consume, no Python object per read), when the stream's reader is done
+ * with it (client._follow calls flush() however the following ended). So Python never sees a
+ * half-applied state, and the per-chunk work allocates nothing. */
+
 typedef struct {
     PyObject_HEAD
     PyObject *state;        /* the StreamState */
@@ -471,17 +530,44 @@ typedef struct {
     PyObject *resp;         /* consume(): the StampedResponse, its compiled BodyReader, the receive */
     PyObject *reader;       /* delays (a list, or None), and the state's dispatch */
     PyObject *delays;
+    PyObject *delays_raw;   /* the delays' bytearray (health.RecvDelays.raw), when they have one */
     PyObject *dispatch;
     PyObject *usage_type;   /* SGLang: the adapters' Usage class (its events carry usage each) */
     int incremental;        /* SGLang: the server sends the new text only (incremental_text) */
     PyObject *feed;         /* the body reader's feed and take_lines, bound once at bind() */
     PyObject *take_lines;
+    /* not yet flushed to the state */
+    long long *p_t;         /* token chunks' stamps and tokens */
+    long *p_tokens;
+    Py_ssize_t p_n, p_cap;
+    long p_token_chunks, p_coalesced, p_counted, p_reasoning;
+    long long p_output_ns;  /* the first answer token's stamp, when the state has none yet */
+    int p_has_output;
+    char *text;             /* the text, UTF-8 */
+    Py_ssize_t text_n, text_cap;
+    long long read_t;       /* the raw path's last read: resp.t_recv_ns at the flush */
+    int has_read;
+    /* what the state held at the last flush, read once after it (-1: not read yet) */
+    int known_output;       /* the state has an output_ns */
+    int known_last;         /* chunk_ns is not empty: last_t is its last stamp */
+    long long last_t;
+    int known_pending;      /* state.pending is not None */
+    /* one read's lines on the raw path */
+    long long line_t;
+    int line_done;
+    PyObject *collect;      /* the lines from the first the C side does not take, for Python */
 } ChatTaker;
+
+static const ReaderAPI *reader_api;  /* the body reader's C calls (NULL: _reader is not built) */
 
 static PyObject *s_incremental, *s_seen_chars, *s_seen_tokens, *s_usage;
 static PyObject *s_dispatch, *s_consume, *s_t_recv_ns, *s_feed, *s_complete, *s_message_complete, *s_take_lines;
 static PyObject *s_pending, *s_counts, *s_token_chunks, *s_coalesced, *s_reasoning, *s_output_ns, *s_done,
-    *s_counted, *s_keep_reasoning, *s_chunk_ns, *s_chunk_tokens, *s_parts, *s_take;
+    *s_counted, *s_keep_reasoning, *s_chunk_ns, *s_chunk_tokens, *s_parts, *s_take, *s_raw;
+
+static void forget_known(ChatTaker *self) {
+    self->known_output = self->known_last = self->known_pending = -1;
+}
 
 static void taker_dealloc(ChatTaker *self) {
     Py_XDECREF(self->state);
@@ -494,10 +580,15 @@ static void taker_dealloc(ChatTaker *self) {
     Py_XDECREF(self->resp);
     Py_XDECREF(self->reader);
     Py_XDECREF(self->delays);
+    Py_XDECREF(self->delays_raw);
     Py_XDECREF(self->dispatch);
     Py_XDECREF(self->feed);
     Py_XDECREF(self->take_lines);
     Py_XDECREF(self->usage_type);
+    Py_XDECREF(self->collect);
+    PyMem_Free(self->p_t);
+    PyMem_Free(self->p_tokens);
+    PyMem_Free(self->text);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -518,6 +609,7 @@ static int taker_init(ChatTaker *self, PyObject *args, PyObject *kwds) {
     }
     self->mode = found;
     self->keep_reasoning = 0;
+    forget_known(self);
     if (self->mode == MODE_CHAT) {
         PyObject *keep = PyObject_GetAttr(stream, s_keep_reasoning);
         if (keep == NULL) return -1;
@@ -568,52 +660,166 @@ static int add_to_attr(PyObject *obj, PyObject *name, long n) {
     return r;
 }
 
-static int apply_tokens(ChatTaker *self, long tokens, int reasoning, PyObject *t_obj, long long t_ns);
+static int text_add(ChatTaker *self, const char *p, Py_ssize_t n) {
+    if (self->text_n + n > self->text_cap) {
+        Py_ssize_t cap = self->text_cap ? self->text_cap : 1024;
+        while (cap < self->text_n + n) cap *= 2;
+        char *b = PyMem_Realloc(self->text, (size_t)cap);
+        if (b == NULL) { PyErr_NoMemory(); return -1; }
+        self->text = b;
+        self->text_cap = cap;
+    }
+    memcpy(self->text + self->text_n, p, (size_t)n);
+    self->text_n += n;
+    return 0;
+}
 
-/* Apply one understood chunk to the state (StreamState.take's handling of its event). */
-static int apply_chunk(ChatTaker *self, const Chunk *ch, PyObject *t_obj, long long t_ns) {
-    if (ch->generated && apply_tokens(self, ch->tokens, ch->reasoning, t_obj, t_ns) < 0) return -1;
-    if (ch->has_text) {
-        PyObject *text = string_value(&ch->content, ch->has_prefix ? &ch->text_prefix : NULL);
-        if (text == NULL) return -1;
-        int r = PyList_Append(self->parts, text);
-        Py_DECREF(text);
-        if (r < 0) return -1;
+/* A validated string's text (escapes decoded), UTF-8, onto the text. */
+static int text_add_string(ChatTaker *self, const JVal *v) {
+    const char *p = v->start + 1, *e = v->end - 1;
+    if (!v->escaped) return text_add(self, p, e - p);
+    while (p < e) {
+        const char *q = p;
+        while (q < e && *q != '\\') q++;
+        if (text_add(self, p, q - p) < 0) return -1;
+        if (q >= e) break;
+        char c = q[1], out;
+        switch (c) {
+            case 'b': out = '\b'; break;
+            case 'f': out = '\f'; break;
+            case 'n': out = '\n'; break;
+            case 'r': out = '\r'; break;
+            case 't': out = '\t'; break;
+            default: out = c; break;  /* " \ / */
+        }
+        if (text_add(self, &out, 1) < 0) return -1;
+        p = q + 2;
     }
     return 0;
 }
 
 /* A token-bearing chunk's part of StreamState._apply: its time, its tokens, the counts. */
-static int apply_tokens(ChatTaker *self, long n_tokens, int reasoning, PyObject *t_obj, long long t_ns) {
-    {
-        PyObject *counts = self->counts;
-        if (counts != Py_None) {
-            if (add_to_attr(counts, s_token_chunks, 1) < 0) return -1;
+static int apply_tokens(ChatTaker *self, long n_tokens, int reasoning, long long t_ns) {
+    if (self->counts != Py_None) {
+        self->p_token_chunks++;
+        if (self->known_last < 0) {
             Py_ssize_t n = PyList_GET_SIZE(self->chunk_ns);
+            self->known_last = n > 0;
             if (n > 0) {
-                long long last = PyLong_AsLongLong(PyList_GET_ITEM(self->chunk_ns, n - 1));
-                if (last == -1 && PyErr_Occurred()) return -1;
-                if (last == t_ns && add_to_attr(counts, s_coalesced, 1) < 0) return -1;
+                self->last_t = PyLong_AsLongLong(PyList_GET_ITEM(self->chunk_ns, n - 1));
+                if (self->last_t == -1 && PyErr_Occurred()) { self->known_last = -1; return -1; }
             }
         }
-        if (PyList_Append(self->chunk_ns, t_obj) < 0) return -1;
-        PyObject *tokens = PyLong_FromLong(n_tokens);
-        if (tokens == NULL) return -1;
-        int r = PyList_Append(self->chunk_tokens, tokens);
-        Py_DECREF(tokens);
-        if (r < 0) return -1;
-        /* the OpenAI streams count their tokens for continuous usage (_OpenAIStream.counted) */
-        if ((self->mode == MODE_CHAT || self->mode == MODE_COMPLETIONS) && add_to_attr(self->stream, s_counted, n_tokens) < 0)
-            return -1;
-        if (reasoning) {
-            if (add_to_attr(self->state, s_reasoning, n_tokens) < 0) return -1;
-        } else {
+        if (self->known_last && self->last_t == t_ns) self->p_coalesced++;
+    }
+    if (self->p_n == self->p_cap) {
+        Py_ssize_t cap = self->p_cap ? self->p_cap * 2 : 64;
+        long long *t = PyMem_Realloc(self->p_t, (size_t)cap * sizeof(long long));
+        if (t == NULL) { PyErr_NoMemory(); return -1; }
+        self->p_t = t;
+        long *k = PyMem_Realloc(self->p_tokens, (size_t)cap * sizeof(long));
+        if (k == NULL) { PyErr_NoMemory(); return -1; }
+        self->p_tokens = k;
+        self->p_cap = cap;
+    }
+    self->p_t[self->p_n] = t_ns;
+    self->p_tokens[self->p_n] = n_tokens;
+    self->p_n++;
+    self->known_last = 1;
+    self->last_t = t_ns;
+    /* the OpenAI streams count their tokens for continuous usage (_OpenAIStream.counted) */
+    if (self->mode == MODE_CHAT || self->mode == MODE_COMPLETIONS) self->p_counted += n_tokens;
+    if (reasoning) {
+        self->p_reasoning += n_tokens;
+    } else {
+        if (self->known_output < 0) {
             PyObject *out = PyObject_GetAttr(self->state, s_output_ns);
             if (out == NULL) return -1;
-            int none = out == Py_None;
+            self->known_output = out != Py_None;
             Py_DECREF(out);
-            if (none && PyObject_SetAttr(self->state, s_output_ns, t_obj) < 0) return -1;
         }
+        if (!self->known_output) {
+            self->known_output = 1;
+            self->p_has_output = 1;
+            self->p_output_ns = t_ns;
+        }
+    }
+    return 0;
+}
+
+/* Apply one understood chunk (StreamState.take's handling of its event). */
+static int apply_chunk(ChatTaker *self, const Chunk *ch, long long t_ns) {
+    if (ch->generated && apply_tokens(self, ch->tokens, ch->reasoning, t_ns) < 0) return -1;
+    if (ch->has_text) {
+        if (ch->has_prefix && text_add_string(self, &ch->text_prefix) < 0) return -1;
+        if (text_add_string(self, &ch->content) < 0) return -1;
+    }
+    return 0;
+}
+
+/* What the chunks since the last flush said, onto the state (and the last read's stamp and the
+ * body's completeness onto the reply, on the raw path). */
+static int taker_flush(ChatTaker *self) {
+    if (self->p_n > 0) {
+        for (Py_ssize_t i = 0; i < self->p_n; i++) {
+            PyObject *t = PyLong_FromLongLong(self->p_t[i]);
+            if (t == NULL) return -1;
+            int r = PyList_Append(self->chunk_ns, t);
+            Py_DECREF(t);
+            if (r < 0) return -1;
+            PyObject *k = PyLong_FromLong(self->p_tokens[i]);
+            if (k == NULL) return -1;
+            r = PyList_Append(self->chunk_tokens, k);
+            Py_DECREF(k);
+            if (r < 0) return -1;
+        }
+        self->p_n = 0;
+    }
+    if (self->p_token_chunks) {
+        long n = self->p_token_chunks;
+        self->p_token_chunks = 0;
+        if (add_to_attr(self->counts, s_token_chunks, n) < 0) return -1;
+    }
+    if (self->p_coalesced) {
+        long n = self->p_coalesced;
+        self->p_coalesced = 0;
+        if (add_to_attr(self->counts, s_coalesced, n) < 0) return -1;
+    }
+    if (self->p_counted) {
+        long n = self->p_counted;
+        self->p_counted = 0;
+        if (add_to_attr(self->stream, s_counted, n) < 0) return -1;
+    }
+    if (self->p_reasoning) {
+        long n = self->p_reasoning;
+        self->p_reasoning = 0;
+        if (add_to_attr(self->state, s_reasoning, n) < 0) return -1;
+    }
+    if (self->p_has_output) {
+        self->p_has_output = 0;
+        PyObject *t = PyLong_FromLongLong(self->p_output_ns);
+        if (t == NULL) return -1;
+        int r = PyObject_SetAttr(self->state, s_output_ns, t);
+        Py_DECREF(t);
+        if (r < 0) return -1;
+    }
+    if (self->text_n > 0) {
+        PyObject *text = PyUnicode_DecodeUTF8(self->text, self->text_n, "strict");
+        self->text_n = 0;
+        if (text == NULL) return -1;
+        int r = PyList_Append(self->parts, text);
+        Py_DECREF(text);
+        if (r < 0) return -1;
+    }
+    if (self->has_read && self->resp != NULL) {
+        self->has_read = 0;
+        PyObject *t = PyLong_FromLongLong(self->read_t);
+        if (t == NULL) return -1;
+        int r = PyObject_SetAttr(self->resp, s_t_recv_ns, t);
+        Py_DECREF(t);
+        if (r < 0) return -1;
+        if (PyObject_SetAttr(self->resp, s_message_complete, reader_api->complete(self->reader) ? Py_True : Py_False) < 0)
+            return -1;
     }
     return 0;
 }
@@ -661,7 +867,7 @@ static int set_long_attr(PyObject *obj, PyObject *name, long long x) {
  * each event carries. An event with "error" or "object" (error_event), a finish_reason (the
  * engine's timings), a completion count that is not an integer, text that is not a string, or any
  * other shape: LINE_FALLBACK, nothing applied. Returns -2 with an exception set on failure. */
-static int take_sglang(ChatTaker *self, const char *line, Py_ssize_t n, PyObject *t_obj, long long t_ns) {
+static int take_sglang(ChatTaker *self, const char *line, Py_ssize_t n, long long t_ns) {
     JVal top;
     int head = data_object(line, n, MODE_SGLANG, &top);
     if (head != LINE_CHUNK) return head;
@@ -713,8 +919,12 @@ static int take_sglang(ChatTaker *self, const char *line, Py_ssize_t n, PyObject
         tokens = 1;
     }
     int r = 0;
-    if (tokens > 0) r = apply_tokens(self, (long)tokens, 0, t_obj, t_ns);
-    if (r == 0 && has_new) r = PyList_Append(self->parts, new_text);
+    if (tokens > 0) r = apply_tokens(self, (long)tokens, 0, t_ns);
+    if (r == 0 && has_new) {
+        Py_ssize_t size;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(new_text, &size);
+        r = utf8 == NULL ? -1 : text_add(self, utf8, size);
+    }
     Py_XDECREF(new_text);
     if (r < 0) return -2;
     if (meta) {  /* Usage(prompt, completion, cached), each a count or None */
@@ -731,47 +941,72 @@ static int take_sglang(ChatTaker *self, const char *line, Py_ssize_t n, PyObject
     return LINE_CHUNK;
 }
 
-static PyObject *taker_take(ChatTaker *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "take(lines: list[bytes], t_recv_ns: int)");
-        return NULL;
+
+/* One line the C side takes: LINE_* (LINE_FALLBACK: Python's), or -2 with an exception set. */
+static int take_one(ChatTaker *self, const char *line, Py_ssize_t n, long long t_ns) {
+    if (self->mode == MODE_SGLANG) return take_sglang(self, line, n, t_ns);
+    Chunk ch;
+    int kind = read_line(line, n, self->mode, self->keep_reasoning, &ch);
+    if (kind == LINE_CHUNK && apply_chunk(self, &ch, t_ns) < 0) return -2;
+    return kind;
+}
+
+static int pending_known(ChatTaker *self) {
+    if (self->known_pending < 0) {
+        PyObject *pending = PyObject_GetAttr(self->state, s_pending);
+        if (pending == NULL) return -1;
+        self->known_pending = pending != Py_None;
+        Py_DECREF(pending);
     }
-    PyObject *lines = args[0], *t_obj = args[1];
+    return self->known_pending;
+}
+
+/* The Python path's take(lines, t_recv_ns), after a flush: whatever it does to the state is read
+ * anew after it. */
+static PyObject *python_take(ChatTaker *self, PyObject *lines, PyObject *t_obj) {
+    if (taker_flush(self) < 0) return NULL;
+    forget_known(self);
+    return PyObject_CallFunctionObjArgs(self->py_take, lines, t_obj, NULL);
+}
+
+static PyObject *taker_take_lines(ChatTaker *self, PyObject *lines, PyObject *t_obj) {
     long long t_ns = PyLong_AsLongLong(t_obj);
     if (t_ns == -1 && PyErr_Occurred()) return NULL;
-    PyObject *pending = PyObject_GetAttr(self->state, s_pending);
-    if (pending == NULL) return NULL;
-    int has_pending = pending != Py_None;
-    Py_DECREF(pending);
+    int has_pending = pending_known(self);
+    if (has_pending < 0) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(lines), i = 0;
     if (!has_pending) {
         for (; i < n; i++) {
             PyObject *line = PyList_GET_ITEM(lines, i);
             if (!PyBytes_Check(line)) break;
-            Chunk ch;
-            int kind;
-            if (self->mode == MODE_SGLANG) {
-                kind = take_sglang(self, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), t_obj, t_ns);
-                if (kind == -2) return NULL;
-            } else {
-                kind = read_line(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), self->mode, self->keep_reasoning, &ch);
-            }
+            int kind = take_one(self, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), t_ns);
+            if (kind == -2) return NULL;
             if (kind == LINE_FALLBACK) break;
-            if (kind == LINE_NOTHING) continue;
             if (kind == LINE_DONE) {
-                if (PyObject_SetAttr(self->state, s_done, Py_True) < 0) return NULL;
+                if (taker_flush(self) < 0 || PyObject_SetAttr(self->state, s_done, Py_True) < 0) return NULL;
                 Py_RETURN_TRUE;
             }
-            if (self->mode != MODE_SGLANG && apply_chunk(self, &ch, t_obj, t_ns) < 0) return NULL;
         }
-        if (i == n) Py_RETURN_FALSE;
+        if (i == n) {
+            if (taker_flush(self) < 0) return NULL;
+            Py_RETURN_FALSE;
+        }
     }
     /* The rest, from the first line not understood here, the Python path's way. */
     PyObject *rest = i == 0 ? (Py_INCREF(lines), lines) : PyList_GetSlice(lines, i, n);
     if (rest == NULL) return NULL;
-    PyObject *r = PyObject_CallFunctionObjArgs(self->py_take, rest, t_obj, NULL);
+    PyObject *r = python_take(self, rest, t_obj);
     Py_DECREF(rest);
     return r;
+}
+
+static PyObject *taker_take(ChatTaker *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "take(lines: list[bytes], t_recv_ns: int)");
+        return NULL;
+    }
+    forget_known(self);  /* the state may have changed since the last call */
+    return taker_take_lines(self, args[0], args[1]);
 }
 
 /* bind(resp, body_reader, delays) -> consume: the stream reader's callback for this reply,
@@ -784,13 +1019,24 @@ static PyObject *taker_bind(ChatTaker *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "bind: delays must be a list or None");
         return NULL;
     }
+    PyObject *delays_raw = NULL;
+    if (delays != Py_None) {
+        delays_raw = PyObject_GetAttr(delays, s_raw);
+        if (delays_raw == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+            PyErr_Clear();
+        } else if (!PyByteArray_Check(delays_raw)) {
+            Py_CLEAR(delays_raw);
+        }
+    }
     PyObject *dispatch = PyObject_GetAttr(self->state, s_dispatch);
-    if (dispatch == NULL) return NULL;
+    if (dispatch == NULL) { Py_XDECREF(delays_raw); return NULL; }
     PyObject *feed = PyObject_GetAttr(reader, s_feed);
     PyObject *take_lines = feed == NULL ? NULL : PyObject_GetAttr(reader, s_take_lines);
     if (take_lines == NULL) {
         Py_DECREF(dispatch);
         Py_XDECREF(feed);
+        Py_XDECREF(delays_raw);
         return NULL;
     }
     Py_XSETREF(self->feed, feed);
@@ -801,8 +1047,15 @@ static PyObject *taker_bind(ChatTaker *self, PyObject *args) {
     Py_XSETREF(self->reader, reader);
     Py_INCREF(delays);
     Py_XSETREF(self->delays, delays);
+    Py_XSETREF(self->delays_raw, delays_raw);
     Py_XSETREF(self->dispatch, dispatch);
     return PyObject_GetAttr((PyObject *)self, s_consume);
+}
+
+static long long monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);  /* time.perf_counter_ns's clock on Linux */
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static PyObject *taker_consume(ChatTaker *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -813,11 +1066,10 @@ static PyObject *taker_consume(ChatTaker *self, PyObject *const *args, Py_ssize_
     PyObject *data = args[0], *t_obj = args[1];
     long long t_ns = PyLong_AsLongLong(t_obj);
     if (t_ns == -1 && PyErr_Occurred()) return NULL;
+    forget_known(self);  /* the state may have changed since the last call */
     if (PyObject_SetAttr(self->resp, s_t_recv_ns, t_obj) < 0) return NULL;
     if (self->delays != Py_None) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);  /* time.perf_counter_ns's clock on Linux */
-        PyObject *d = PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - t_ns);
+        PyObject *d = PyLong_FromLongLong(monotonic_ns() - t_ns);
         if (d == NULL) return NULL;
         int r = PyList_Append(self->delays, d);
         Py_DECREF(d);
@@ -842,13 +1094,13 @@ static PyObject *taker_consume(ChatTaker *self, PyObject *const *args, Py_ssize_
         }
         if (PyList_GET_SIZE(lines) == 0) {
             Py_DECREF(lines);
+            forget_known(self);
             PyObject *d = PyObject_CallNoArgs(self->dispatch);
             if (d == NULL) return NULL;
             Py_DECREF(d);
             Py_RETURN_TRUE;
         }
-        PyObject *targs[2] = {lines, t_obj};
-        PyObject *done = taker_take(self, targs, 2);
+        PyObject *done = taker_take_lines(self, lines, t_obj);
         Py_DECREF(lines);
         if (done == NULL) return NULL;
         int last = PyObject_IsTrue(done);
@@ -858,11 +1110,147 @@ static PyObject *taker_consume(ChatTaker *self, PyObject *const *args, Py_ssize_
     }
 }
 
+/* ---- the raw path: the Poller's reads, straight from its buffer (_reader_api.h) ---- */
+
+/* One line of a read: the C side's while it understands them, then every line of the read to
+ * collect (for the Python path); nothing after the end marker. */
+static int raw_line(void *ctx, const char *line, Py_ssize_t n) {
+    ChatTaker *self = ctx;
+    if (self->line_done) return 0;
+    if (self->collect == NULL) {
+        int has_pending = pending_known(self);
+        if (has_pending < 0) return -1;
+        if (!has_pending) {
+            int kind = take_one(self, line, n, self->line_t);
+            if (kind == -2) return -1;
+            if (kind == LINE_DONE) self->line_done = 1;
+            if (kind != LINE_FALLBACK) return 0;
+        }
+        self->collect = PyList_New(0);
+        if (self->collect == NULL) return -1;
+    }
+    PyObject *b = PyBytes_FromStringAndSize(line, n);
+    if (b == NULL) return -1;
+    int r = PyList_Append(self->collect, b);
+    Py_DECREF(b);
+    return r;
+}
+
+/* consume() without the Python objects: the delay, the read into the body reader, its lines;
+ * the state is written at the next flush. 1: the stream ended, 0: more, -1: an error. */
+static int raw_consume(void *ctx, const char *data, Py_ssize_t n, long long t_ns) {
+    ChatTaker *self = ctx;
+    self->read_t = t_ns;
+    self->has_read = 1;
+    if (self->delays_raw != NULL) {
+        long long d = monotonic_ns() - t_ns;
+        Py_ssize_t at = PyByteArray_GET_SIZE(self->delays_raw);
+        if (PyByteArray_Resize(self->delays_raw, at + (Py_ssize_t)sizeof d) < 0) return -1;
+        memcpy(PyByteArray_AS_STRING(self->delays_raw) + at, &d, sizeof d);
+    } else if (self->delays != Py_None) {
+        PyObject *d = PyLong_FromLongLong(monotonic_ns() - t_ns);
+        if (d == NULL) return -1;
+        int r = PyList_Append(self->delays, d);
+        Py_DECREF(d);
+        if (r < 0) return -1;
+    }
+    if (reader_api->feed(self->reader, data, n) < 0) return -1;
+    for (;;) {
+        self->line_t = t_ns;
+        self->line_done = 0;
+        int rc = reader_api->take_lines(self->reader, raw_line, self);
+        PyObject *collect = self->collect;
+        self->collect = NULL;
+        if (rc < 0) { Py_XDECREF(collect); return -1; }
+        if (rc == READ_MORE) return 0;
+        if (rc == READ_END) {
+            if (taker_flush(self) < 0) return -1;
+            forget_known(self);
+            PyObject *d = PyObject_CallNoArgs(self->dispatch);
+            if (d == NULL) return -1;
+            Py_DECREF(d);
+            return 1;
+        }
+        if (collect == NULL) {
+            if (self->line_done) {
+                if (taker_flush(self) < 0 || PyObject_SetAttr(self->state, s_done, Py_True) < 0) return -1;
+                return 1;
+            }
+            continue;
+        }
+        PyObject *t_obj = PyLong_FromLongLong(t_ns);
+        if (t_obj == NULL) { Py_DECREF(collect); return -1; }
+        PyObject *done = python_take(self, collect, t_obj);
+        Py_DECREF(t_obj);
+        Py_DECREF(collect);
+        if (done == NULL) return -1;
+        int last = PyObject_IsTrue(done);
+        Py_DECREF(done);
+        if (last) return last < 0 ? -1 : 1;
+    }
+}
+
+static RawConsumer raw_consumer = {raw_consume};
+
+static void raw_capsule_free(PyObject *capsule) {
+    Py_XDECREF((PyObject *)PyCapsule_GetContext(capsule));
+}
+
+/* raw() -> capsule: this taker as the Poller's raw consumer (after bind). */
+static PyObject *taker_raw(ChatTaker *self, PyObject *Py_UNUSED(ignored)) {
+    if (reader_api == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "raw: the compiled body reader (_reader) is not built");
+        return NULL;
+    }
+    if (self->reader == NULL || Py_TYPE(self->reader) != reader_api->body_reader_type) {
+        PyErr_SetString(PyExc_TypeError, "raw: bind() to a compiled BodyReader first");
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(&raw_consumer, RAW_CONSUMER_CAPSULE, raw_capsule_free);
+    if (capsule == NULL) return NULL;
+    Py_INCREF(self);
+    if (PyCapsule_SetContext(capsule, self) < 0) {
+        Py_DECREF(self);
+        Py_DECREF(capsule);
+        return NULL;
+    }
+    return capsule;
+}
+
+/* consume_raw(data, t_recv_ns) -> bool: one read through the raw path (what the Poller calls),
+ * for tests; the state is written at flush(). */
+static PyObject *taker_consume_raw(ChatTaker *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "consume_raw(data: bytes, t_recv_ns: int)");
+        return NULL;
+    }
+    PyObject *capsule = taker_raw(self, NULL);
+    if (capsule == NULL) return NULL;
+    Py_DECREF(capsule);
+    long long t_ns = PyLong_AsLongLong(args[1]);
+    if (t_ns == -1 && PyErr_Occurred()) return NULL;
+    int r = raw_consume(self, PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), t_ns);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *taker_flush_method(ChatTaker *self, PyObject *Py_UNUSED(ignored)) {
+    if (taker_flush(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef taker_methods[] = {
     {"bind", (PyCFunction)taker_bind, METH_VARARGS,
      "bind(resp, body_reader, delays) -> consume(data, t_recv_ns) -> bool: the reply's reads, in C."},
     {"consume", (PyCFunction)(void (*)(void))taker_consume, METH_FASTCALL,
      "consume(data, t_recv_ns) -> bool: one read of the reply (after bind)."},
+    {"raw", (PyCFunction)taker_raw, METH_NOARGS,
+     "raw() -> capsule: consume as the Poller's raw consumer, no Python object per read (after bind; "
+     "the state is written at flush())."},
+    {"consume_raw", (PyCFunction)(void (*)(void))taker_consume_raw, METH_FASTCALL,
+     "consume_raw(data, t_recv_ns) -> bool: one read through the raw path (tests)."},
+    {"flush", (PyCFunction)taker_flush_method, METH_NOARGS,
+     "flush(): what the raw path has read so far, onto the state and the reply."},
     {"take", (PyCFunction)(void (*)(void))taker_take, METH_FASTCALL,
      "take(lines, t_recv_ns) -> bool: StreamState.take, chat chunks in C (module docstring)."},
     {NULL, NULL, 0, NULL},
@@ -949,11 +1337,19 @@ PyMODINIT_FUNC PyInit__chat(void) {
     INTERN(s_seen_chars, "seen_chars");
     INTERN(s_seen_tokens, "seen_tokens");
     INTERN(s_usage, "usage");
+    INTERN(s_raw, "raw");
+    /* the body reader's C calls, for the raw path; without them the rest works as before */
+    reader_api = PyCapsule_Import(READER_API_CAPSULE, 0);
+    if (reader_api == NULL || reader_api->version != READER_API_VERSION) {
+        PyErr_Clear();
+        reader_api = NULL;
+    }
     if (PyType_Ready(&ChatTakerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&chat_module);
     if (m == NULL) return NULL;
     Py_INCREF(&ChatTakerType);
-    if (PyModule_AddObject(m, "ChatTaker", (PyObject *)&ChatTakerType) < 0) {
+    if (PyModule_AddIntConstant(m, "HAS_READER_API", reader_api != NULL) < 0 ||
+        PyModule_AddObject(m, "ChatTaker", (PyObject *)&ChatTakerType) < 0) {
         Py_DECREF(&ChatTakerType);
         Py_DECREF(m);
         return NULL;

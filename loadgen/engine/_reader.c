@@ -14,7 +14,7 @@
  * byte is an error, as llhttp reads it as a response that no request asked for.
  */
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include <Python.h>  /* first: its pyconfig.h defines _GNU_SOURCE (memrchr) */
 #include <stdint.h>
 #include <string.h>
 #include <errno.h>
@@ -22,6 +22,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "_reader_api.h"
 
 enum { MODE_LENGTH = 0, MODE_CHUNKED = 1, MODE_CLOSE = 2 };
 
@@ -275,33 +277,32 @@ static int feed_chunked(BodyReader *self, const unsigned char *p, Py_ssize_t n) 
     return 0;
 }
 
-static PyObject *BodyReader_feed(BodyReader *self, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    const unsigned char *p = view.buf;
-    Py_ssize_t n = view.len;
-    int rc = 0;
+/* De-frame one read's bytes (n == 0: the peer closed): 0, or -1 with the error set. */
+static int feed_bytes(BodyReader *self, const unsigned char *p, Py_ssize_t n) {
     if (n == 0) {
         /* The peer closed: that ends a close-delimited body and breaks any other. */
-        PyBuffer_Release(&view);
-        if (self->mode == MODE_CLOSE) { self->complete = 1; Py_RETURN_NONE; }
-        if (!self->complete) return fail(self, "connection closed mid-body");
-        Py_RETURN_NONE;
+        if (self->mode == MODE_CLOSE) { self->complete = 1; return 0; }
+        if (!self->complete) { fail(self, "connection closed mid-body"); return -1; }
+        return 0;
     }
-    if (self->complete) {
-        rc = after_the_end(self, p, n);
-    } else if (self->mode == MODE_CHUNKED) {
-        rc = feed_chunked(self, p, n);
-    } else if (self->mode == MODE_LENGTH) {
+    if (self->complete) return after_the_end(self, p, n);
+    if (self->mode == MODE_CHUNKED) return feed_chunked(self, p, n);
+    if (self->mode == MODE_LENGTH) {
         Py_ssize_t take = n;
         if ((uint64_t)take > self->remaining) take = (Py_ssize_t)self->remaining;
-        rc = buf_append(self, (const char *)p, take);
+        int rc = buf_append(self, (const char *)p, take);
         self->remaining -= (uint64_t)take;
         if (rc == 0 && self->remaining == 0) self->complete = 1;
         if (rc == 0 && take < n) rc = after_the_end(self, p + take, n - take);
-    } else {
-        rc = buf_append(self, (const char *)p, n);
+        return rc;
     }
+    return buf_append(self, (const char *)p, n);
+}
+
+static PyObject *BodyReader_feed(BodyReader *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    int rc = feed_bytes(self, view.buf, view.len);
     PyBuffer_Release(&view);
     if (rc < 0) return NULL;
     Py_RETURN_NONE;
@@ -309,57 +310,37 @@ static PyObject *BodyReader_feed(BodyReader *self, PyObject *arg) {
 
 /* ---- line splitting: StampedResponse.take_lines and _take_lines_any, ported ---------------- */
 
-static Py_ssize_t rfind_byte(const char *b, Py_ssize_t from, Py_ssize_t to, char c) {
-    for (Py_ssize_t i = to - 1; i >= from; i--) if (b[i] == c) return i;
-    return -1;
-}
+/* Each line goes to a sink: a list (take_lines) or a C callback (the raw path, _reader_api.h).
+ * The first line of the body loses a leading UTF-8 BOM. */
+typedef struct {
+    reader_line_fn fn;
+    void *ctx;
+} Sink;
 
-static PyObject *last_line(BodyReader *self) {
-    /* The body is complete: what is left is its last line (no line end), or nothing. */
-    if (self->len == 0) return PyList_New(0);
-    const char *s = self->buf;
-    Py_ssize_t n = self->len;
-    self->ended_mid_line = 1;
+static int emit(BodyReader *self, Sink *sink, const char *s, Py_ssize_t n) {
     if (self->at_start) {
         self->at_start = 0;
         if (n >= 3 && memcmp(s, "\xef\xbb\xbf", 3) == 0) { s += 3; n -= 3; }
     }
-    PyObject *line = PyBytes_FromStringAndSize(s, n);
-    if (line == NULL) return NULL;
+    return sink->fn(sink->ctx, s, n);
+}
+
+static int last_line(BodyReader *self, Sink *sink) {
+    /* The body is complete: what is left is its last line (no line end), or nothing. */
+    if (self->len == 0) return READ_END;
+    self->ended_mid_line = 1;
+    if (emit(self, sink, self->buf, self->len) < 0) return -1;
     self->len = 0;
     self->scan_from = 0;
-    PyObject *out = PyList_New(1);
-    if (out == NULL) { Py_DECREF(line); return NULL; }
-    PyList_SET_ITEM(out, 0, line);
-    return out;
+    return READ_LINES;
 }
 
-static int drop_bom(BodyReader *self, PyObject *lines) {
-    if (!self->at_start) return 0;
-    self->at_start = 0;
-    PyObject *first = PyList_GET_ITEM(lines, 0);
-    if (PyBytes_GET_SIZE(first) >= 3 && memcmp(PyBytes_AS_STRING(first), "\xef\xbb\xbf", 3) == 0) {
-        PyObject *rest = PyBytes_FromStringAndSize(PyBytes_AS_STRING(first) + 3, PyBytes_GET_SIZE(first) - 3);
-        if (rest == NULL) return -1;
-        PyList_SetItem(lines, 0, rest);
-    }
-    return 0;
-}
-
-static int push(PyObject *lines, const char *s, Py_ssize_t n) {
-    PyObject *line = PyBytes_FromStringAndSize(s, n);
-    if (line == NULL) return -1;
-    int rc = PyList_Append(lines, line);
-    Py_DECREF(line);
-    return rc;
-}
-
-static PyObject *too_long(BodyReader *self) {
+static int too_long(BodyReader *self) {
     PyErr_Format(self->line_error, "a stream line longer than %zd bytes", self->max_line);
-    return NULL;
+    return -1;
 }
 
-static PyObject *take_any(BodyReader *self) {
+static int take_any(BodyReader *self, Sink *sink) {
     const char *b = self->buf;
     Py_ssize_t n = self->len;
     Py_ssize_t i = -1;
@@ -371,13 +352,11 @@ static PyObject *take_any(BodyReader *self) {
         i = j;
     }
     if (i >= 0) {
-        PyObject *lines = PyList_New(0);
-        if (lines == NULL) return NULL;
         Py_ssize_t start = 0, k = 0, end = i + 1;
         while (k < end) {
             char c = b[k];
             if (c == '\r' || c == '\n') {
-                if (push(lines, b + start, k - start) < 0) { Py_DECREF(lines); return NULL; }
+                if (emit(self, sink, b + start, k - start) < 0) return -1;
                 k += (c == '\r' && k + 1 < end && b[k + 1] == '\n') ? 2 : 1;
                 start = k;
             } else {
@@ -386,47 +365,49 @@ static PyObject *take_any(BodyReader *self) {
         }
         buf_consume(self, end);
         self->scan_from = 0;
-        if (drop_bom(self, lines) < 0) { Py_DECREF(lines); return NULL; }
-        return lines;
+        return READ_LINES;
     }
-    if (self->complete) return last_line(self);
+    if (self->complete) return last_line(self, sink);
     if (n > self->max_line) return too_long(self);
-    Py_RETURN_NONE;
+    return READ_MORE;
 }
 
-static PyObject *BodyReader_take_lines(BodyReader *self, PyObject *Py_UNUSED(ignored)) {
-    if (self->any_eol) return take_any(self);
+/* The complete lines now buffered, each to the sink: READ_LINES; READ_END once the body is
+ * complete and nothing is left; READ_MORE when more data is needed; -1 with an error set. */
+static int take_lines_into(BodyReader *self, Sink *sink) {
+    if (self->any_eol) return take_any(self, sink);
     const char *b = self->buf;
     Py_ssize_t n = self->len;
     Py_ssize_t from = self->scan_from < n ? self->scan_from : n;
-    Py_ssize_t i = rfind_byte(b, from, n, '\n');
+    const char *lf = n > from ? memrchr(b + from, '\n', (size_t)(n - from)) : NULL;
+    Py_ssize_t i = lf == NULL ? -1 : lf - b;
     if (i >= 0) {
         /* A CR in the block is a CRLF's, unless some CR has no LF after it. */
-        Py_ssize_t cr = 0, crlf = 0;
-        for (Py_ssize_t k = 0; k < i; k++) {
-            if (b[k] == '\r') {
-                cr++;
-                if (k + 1 < i && b[k + 1] == '\n') crlf++;
+        const char *first_cr = memchr(b, '\r', (size_t)i);
+        if (first_cr != NULL) {
+            Py_ssize_t cr = 0, crlf = 0;
+            for (Py_ssize_t k = first_cr - b; k < i; k++) {
+                if (b[k] == '\r') {
+                    cr++;
+                    if (k + 1 < i && b[k + 1] == '\n') crlf++;
+                }
+            }
+            if (cr != crlf + (b[i - 1] == '\r')) {
+                self->any_eol = 1;
+                return take_any(self, sink);
             }
         }
-        if (cr && cr != crlf + (b[i - 1] == '\r')) {
-            self->any_eol = 1;
-            return take_any(self);
-        }
-        PyObject *lines = PyList_New(0);
-        if (lines == NULL) return NULL;
         Py_ssize_t start = 0;
-        for (Py_ssize_t k = 0; k < i; k++) {
-            if (b[k] == '\n') {
-                if (push(lines, b + start, k - start) < 0) { Py_DECREF(lines); return NULL; }
-                start = k + 1;
-            }
+        const char *next;
+        while (start < i && (next = memchr(b + start, '\n', (size_t)(i - start))) != NULL) {
+            Py_ssize_t k = next - b;
+            if (emit(self, sink, b + start, k - start) < 0) return -1;
+            start = k + 1;
         }
-        if (push(lines, b + start, i - start) < 0) { Py_DECREF(lines); return NULL; }
+        if (emit(self, sink, b + start, i - start) < 0) return -1;
         buf_consume(self, i + 1);
         self->scan_from = 0;
-        if (drop_bom(self, lines) < 0) { Py_DECREF(lines); return NULL; }
-        return lines;
+        return READ_LINES;
     }
     /* No LF: a CR with a byte after it (or at the body's end) ends a line of its own. */
     Py_ssize_t j0 = self->scan_from > 0 ? self->scan_from - 1 : 0;
@@ -434,15 +415,36 @@ static PyObject *BodyReader_take_lines(BodyReader *self, PyObject *Py_UNUSED(ign
         if (b[j] == '\r') {
             if (j + 1 < n || self->complete) {
                 self->any_eol = 1;
-                return take_any(self);
+                return take_any(self, sink);
             }
             break;
         }
     }
-    if (self->complete) return last_line(self);
+    if (self->complete) return last_line(self, sink);
     if (n > self->max_line) return too_long(self);
     self->scan_from = n;
-    Py_RETURN_NONE;
+    return READ_MORE;
+}
+
+static int push_to_list(void *list, const char *s, Py_ssize_t n) {
+    PyObject *line = PyBytes_FromStringAndSize(s, n);
+    if (line == NULL) return -1;
+    int rc = PyList_Append((PyObject *)list, line);
+    Py_DECREF(line);
+    return rc;
+}
+
+static PyObject *BodyReader_take_lines(BodyReader *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *lines = PyList_New(0);
+    if (lines == NULL) return NULL;
+    Sink sink = {push_to_list, lines};
+    int rc = take_lines_into(self, &sink);
+    if (rc < 0 || rc == READ_MORE) {
+        Py_DECREF(lines);
+        if (rc < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    return lines;
 }
 
 static PyObject *BodyReader_take_body(BodyReader *self, PyObject *arg) {
@@ -549,14 +551,14 @@ static long long clock_ns(clockid_t clock) {
  * errno's subclass: BlockingIOError when nothing is there) as socket.recvmsg raises. */
 /* One stamped read of fd: the data (a new bytes, b"" at the peer's end) with *t_out set to its
  * arrival as a new int, or NULL with OSError set. */
-static PyObject *stamped_read(int fd, Py_ssize_t size, PyObject **t_out) {
-    PyObject *data = PyBytes_FromStringAndSize(NULL, size);
-    if (data == NULL) return NULL;
+/* One stamped read of fd into buf: the bytes read (0 at the peer's end) with *t set to their
+ * arrival, or -1 with errno set. */
+static ssize_t read_stamped_into(int fd, char *buf, Py_ssize_t size, long long *t) {
     union {
         char buf[CMSG_SPACE(sizeof(struct timespec))];
         struct cmsghdr align;
     } control;
-    struct iovec iov = {PyBytes_AS_STRING(data), (size_t)size};
+    struct iovec iov = {buf, (size_t)size};
     struct msghdr msg;
     memset(&msg, 0, sizeof(msg));
     msg.msg_iov = &iov;
@@ -564,11 +566,9 @@ static PyObject *stamped_read(int fd, Py_ssize_t size, PyObject **t_out) {
     msg.msg_control = control.buf;
     msg.msg_controllen = sizeof(control.buf);
     ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT);
-    if (n < 0) {
-        Py_DECREF(data);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    long long now = clock_ns(CLOCK_MONOTONIC), t = now;
+    if (n < 0) return -1;
+    long long now = clock_ns(CLOCK_MONOTONIC);
+    *t = now;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
             c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
@@ -576,9 +576,23 @@ static PyObject *stamped_read(int fd, Py_ssize_t size, PyObject **t_out) {
             memcpy(&ts, CMSG_DATA(c), sizeof(ts));
             long long offset = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
             long long stamped = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - offset;
-            if (stamped <= now) t = stamped;
+            if (stamped <= now) *t = stamped;
             break;
         }
+    }
+    return n;
+}
+
+/* One stamped read of fd: the data (a new bytes, b"" at the peer's end) with *t_out set to its
+ * arrival as a new int, or NULL with OSError set. */
+static PyObject *stamped_read(int fd, Py_ssize_t size, PyObject **t_out) {
+    PyObject *data = PyBytes_FromStringAndSize(NULL, size);
+    if (data == NULL) return NULL;
+    long long t;
+    ssize_t n = read_stamped_into(fd, PyBytes_AS_STRING(data), size, &t);
+    if (n < 0) {
+        Py_DECREF(data);
+        return PyErr_SetFromErrno(PyExc_OSError);
     }
     if (n != size && _PyBytes_Resize(&data, n) < 0) return NULL;
     *t_out = PyLong_FromLongLong(t);
@@ -617,6 +631,9 @@ static PyObject *recv_stamped(PyObject *mod, PyObject *args) {
 
 typedef struct {
     PyObject *consume;    /* NULL: the slot is free */
+    PyObject *raw;        /* a raw consumer's capsule (_reader_api.h), or NULL */
+    raw_consume_fn raw_fn;
+    void *raw_ctx;
     Py_ssize_t block_size;
     uint32_t gen;
 } PollSlot;
@@ -630,12 +647,15 @@ typedef struct {
     int count;
     uint32_t next_gen;
     PyObject *carried;    /* the ends a poll had taken when a BaseException cut it: the next one's */
+    char *rbuf;           /* the raw consumers' reads land here, one at a time */
+    Py_ssize_t rcap;
 } Poller;
 
 static void poller_forget(Poller *self, int fd) {
     if (fd < 0 || fd >= self->nslots || self->slots[fd].consume == NULL) return;
     epoll_ctl(self->epfd, EPOLL_CTL_DEL, fd, NULL);  /* fails harmlessly for a closed socket */
     Py_CLEAR(self->slots[fd].consume);
+    Py_CLEAR(self->slots[fd].raw);
     self->count--;
 }
 
@@ -653,19 +673,33 @@ static int Poller_init(Poller *self, PyObject *args, PyObject *kwds) {
 }
 
 static void Poller_dealloc(Poller *self) {
-    for (int fd = 0; fd < self->nslots; fd++) Py_CLEAR(self->slots[fd].consume);
+    for (int fd = 0; fd < self->nslots; fd++) {
+        Py_CLEAR(self->slots[fd].consume);
+        Py_CLEAR(self->slots[fd].raw);
+    }
     PyMem_Free(self->slots);
+    PyMem_Free(self->rbuf);
     Py_XDECREF(self->carried);
     if (self->epfd_open) close(self->epfd);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* add(fd, block_size, consume): read fd into consume(data, t_ns) from the next poll on. */
+/* add(fd, block_size, consume, raw=None): read fd into consume(data, t_ns) from the next poll
+ * on; with raw (a raw consumer's capsule, _reader_api.h) each read goes to it instead, from a
+ * buffer of the poller's, and consume is only kept. */
 static PyObject *Poller_add(Poller *self, PyObject *args) {
     int fd;
     Py_ssize_t block_size;
-    PyObject *consume;
-    if (!PyArg_ParseTuple(args, "inO:add", &fd, &block_size, &consume)) return NULL;
+    PyObject *consume, *raw = Py_None;
+    if (!PyArg_ParseTuple(args, "inO|O:add", &fd, &block_size, &consume, &raw)) return NULL;
+    RawConsumer *rc = NULL;
+    void *raw_ctx = NULL;
+    if (raw != Py_None) {
+        rc = PyCapsule_GetPointer(raw, RAW_CONSUMER_CAPSULE);
+        if (rc == NULL) return NULL;
+        raw_ctx = PyCapsule_GetContext(raw);
+        if (raw_ctx == NULL && PyErr_Occurred()) return NULL;
+    }
     if (!self->epfd_open) {
         PyErr_SetString(PyExc_ValueError, "Poller: not initialised");
         return NULL;
@@ -683,6 +717,12 @@ static PyObject *Poller_add(Poller *self, PyObject *args) {
         self->slots = s;
         self->nslots = n;
     }
+    if (rc != NULL && block_size > self->rcap) {
+        char *b = PyMem_Realloc(self->rbuf, (size_t)block_size);
+        if (b == NULL) return PyErr_NoMemory();
+        self->rbuf = b;
+        self->rcap = block_size;
+    }
     poller_forget(self, fd);  /* a closed socket's number, reused before it left the set */
     uint32_t gen = ++self->next_gen;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = ((uint64_t)gen << 32) | (uint32_t)fd};
@@ -692,6 +732,12 @@ static PyObject *Poller_add(Poller *self, PyObject *args) {
     }
     Py_INCREF(consume);
     self->slots[fd].consume = consume;
+    if (rc != NULL) {
+        Py_INCREF(raw);
+        self->slots[fd].raw = raw;
+        self->slots[fd].raw_fn = rc->fn;
+        self->slots[fd].raw_ctx = raw_ctx;
+    }
     self->slots[fd].block_size = block_size;
     self->slots[fd].gen = gen;
     self->count++;
@@ -756,11 +802,31 @@ static PyObject *Poller_poll(Poller *self, PyObject *arg) {
             if (fd >= self->nslots || self->slots[fd].consume == NULL || self->slots[fd].gen != gen) continue;
             PyObject *consume = self->slots[fd].consume;
             Py_INCREF(consume);  /* consume may end its own stream's following */
-            PyObject *t_obj = NULL;
-            PyObject *data = stamped_read(fd, self->slots[fd].block_size, &t_obj);
-            PyObject *error = NULL;
+            PyObject *t_obj = NULL, *data = NULL, *error = NULL;
             int end = 0;
-            if (data == NULL) {
+            if (self->slots[fd].raw != NULL) {
+                /* the raw path: the read into the poller's buffer, straight to the consumer */
+                PyObject *raw = self->slots[fd].raw;
+                Py_INCREF(raw);
+                long long t;
+                ssize_t got = read_stamped_into(fd, self->rbuf, self->slots[fd].block_size, &t);
+                if (got < 0) {
+                    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+                        Py_DECREF(raw);
+                        Py_DECREF(consume);
+                        continue;
+                    }
+                    PyErr_SetFromErrno(PyExc_OSError);
+                    error = take_exception();
+                    end = 1;
+                } else {
+                    reads++;
+                    int last = self->slots[fd].raw_fn(self->slots[fd].raw_ctx, self->rbuf, got, t);
+                    if (last < 0) { error = take_exception(); last = 1; }
+                    end = last || got == 0;
+                }
+                Py_DECREF(raw);
+            } else if ((data = stamped_read(fd, self->slots[fd].block_size, &t_obj)) == NULL) {
                 if (PyErr_ExceptionMatches(PyExc_BlockingIOError) || PyErr_ExceptionMatches(PyExc_InterruptedError)) {
                     PyErr_Clear();
                     Py_DECREF(consume);
@@ -813,7 +879,9 @@ static PyGetSetDef Poller_getset[] = {
 };
 
 static PyMethodDef Poller_methods[] = {
-    {"add", (PyCFunction)Poller_add, METH_VARARGS, "add(fd, block_size, consume): follow fd's reads into consume(data, t_ns)"},
+    {"add", (PyCFunction)Poller_add, METH_VARARGS,
+     "add(fd, block_size, consume, raw=None): follow fd's reads into consume(data, t_ns), or into the raw "
+     "consumer raw (a capsule, _reader_api.h) without a Python object per read"},
     {"remove", (PyCFunction)Poller_remove, METH_O, "remove(fd): stop following fd (no error if it is not followed)"},
     {"poll", (PyCFunction)Poller_poll, METH_O, "poll(budget_ns) -> (reads, [(fd, error or None)]): read every ready socket"},
     {"fileno", (PyCFunction)Poller_fileno, METH_NOARGS, "the epoll set's descriptor (readable when a socket is)"},
@@ -840,6 +908,23 @@ static PyMethodDef reader_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* ---- the C API (_reader_api.h) ---- */
+
+static int api_feed(PyObject *reader, const char *p, Py_ssize_t n) {
+    return feed_bytes((BodyReader *)reader, (const unsigned char *)p, n);
+}
+
+static int api_take_lines(PyObject *reader, reader_line_fn fn, void *ctx) {
+    Sink sink = {fn, ctx};
+    return take_lines_into((BodyReader *)reader, &sink);
+}
+
+static int api_complete(PyObject *reader) { return ((BodyReader *)reader)->complete; }
+
+static ReaderAPI reader_api = {
+    READER_API_VERSION, &BodyReaderType, api_feed, api_take_lines, api_complete,
+};
+
 static struct PyModuleDef reader_module = {
     PyModuleDef_HEAD_INIT, "_reader",
     "The compiled body reader (chunked/identity/close-delimited de-framing, SSE line splitting).",
@@ -858,5 +943,12 @@ PyMODINIT_FUNC PyInit__reader(void) {
         Py_DECREF(m);
         return NULL;
     }
+    PyObject *api = PyCapsule_New(&reader_api, READER_API_CAPSULE, NULL);
+    if (api == NULL || PyModule_AddObjectRef(m, "_C_API", api) < 0) {
+        Py_XDECREF(api);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(api);
     return m;
 }

@@ -123,7 +123,7 @@ from loadgen.engine.outcome import (
     fail,
     output_tokens,
 )
-from loadgen.engine.sse_state import StreamState, stream_take
+from loadgen.engine.sse_state import RAW_READS, StreamState, stream_take
 
 __all__ = [
     "BAD_CHUNK",
@@ -497,7 +497,17 @@ class SessionConnection:
                 delays.append(_perf_ns() - resp.t_recv_ns)
             if take(lines, resp.t_recv_ns):
                 return
-        reader.follow(self._sock, self._block_size, _consume_of(resp, st, take, delays))
+        consume = _consume_of(resp, st, take, delays)
+        taker = getattr(consume, "__self__", None)
+        if taker is None or not reader.compiled or not RAW_READS:
+            reader.follow(self._sock, self._block_size, consume)
+            return
+        # The compiled poller reads into the taker in C, without a Python object per read; what
+        # the taker kept goes onto the state however the following ends.
+        try:
+            reader.follow(self._sock, self._block_size, consume, taker.raw())
+        finally:
+            taker.flush()
 
     def _read_whole(self, resp: StampedResponse, adapter: Adapter, res: StreamResult) -> None:
         self._phase = "reading the response body"

@@ -95,13 +95,30 @@ class ChunkCounts:
 
 class RecvDelays(list):
     """The list streams append their receive delays to, carrying the worker's ``ChunkCounts``
-    (``chunks``): one object handed to every connection, as the receive delays always were."""
+    (``chunks``): one object handed to every connection, as the receive delays always were.
 
-    __slots__ = ("chunks",)
+    The compiled reader's raw path appends its delays to ``raw`` instead, as native int64 ns, so
+    that a read builds no Python object (``loadgen/engine/_chat.c``)."""
+
+    __slots__ = ("chunks", "raw")
 
     def __init__(self) -> None:
         super().__init__()
         self.chunks = ChunkCounts()
+        self.raw = bytearray()
+
+    def pending(self) -> int:
+        """Delays held, in the list and in ``raw``."""
+        return len(self) + len(self.raw) // 8
+
+    def take(self) -> np.ndarray:
+        """Every delay held, as int64 ns, and forget them (in place: every stream holds this
+        very object)."""
+        listed = np.asarray(self, dtype=np.int64)
+        raw = np.frombuffer(self.raw, dtype=np.int64).copy()  # a copy: raw is resized after
+        self.clear()
+        self.raw.clear()
+        return np.concatenate((listed, raw)) if raw.size else listed
 
 
 @dataclass(frozen=True)
@@ -262,7 +279,7 @@ class GeneratorHealth:
             if now >= next_sample:
                 next_sample = now + sample_ns
                 self._sample()
-            if len(self.recv_delays_ns) >= FOLD_VALUES:
+            if self.recv_delays_ns.pending() >= FOLD_VALUES:
                 self._fold()
 
     def _sample(self) -> Counters:
@@ -286,8 +303,7 @@ class GeneratorHealth:
         )  # fmt: skip
 
     def _fold(self) -> None:
-        pending = np.asarray(self.recv_delays_ns, dtype=np.int64)
-        self.recv_delays_ns.clear()  # in place: every stream's client holds this very list
+        pending = self.recv_delays_ns.take()
         if pending.size:
             record_clamped(self.recv_delay, pending // 1000)
 

@@ -8,6 +8,7 @@ inline there and its rarer shapes (an event over several ``data:`` lines, commen
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,11 @@ try:  # the compiled chat chunk path (loadgen/engine/_chat.c), built with the co
     from loadgen.engine import _chat
 except ImportError:
     _chat = None
+
+# Whether the compiled poller hands a compiled stream's reads to its ChatTaker in C (``raw``: no
+# Python object per read) rather than through its Python-callable ``consume``: both need the
+# compiled reader. LOADGEN_RAW_READS=0 keeps the callable, to compare the two.
+RAW_READS = _chat is not None and _chat.HAS_READER_API and os.environ.get("LOADGEN_RAW_READS", "1") != "0"
 
 
 class StreamState:

@@ -109,15 +109,17 @@ class StreamReader:
         self._watcher = get_hub().loop.io(fileno, 1)
         self._greenlet: gevent.Greenlet | None = None
 
-    def follow(self, sock: socket.socket, block_size: int, consume: Consume) -> None:
+    def follow(self, sock: socket.socket, block_size: int, consume: Consume, raw: object = None) -> None:
         """Read ``sock`` into ``consume`` until it says the stream ended or raises (the exception
         is raised here, in the caller's greenlet). ``sock`` is a gevent socket; the caller's
         greenlet blocks until then. A ``gevent.Timeout`` or kill of the caller stops the
-        following (the caller then closes the socket)."""
+        following (the caller then closes the socket). ``raw``: the same consumer as the compiled
+        poller's raw consumer (``_chat.ChatTaker.raw``), which it then calls instead, from its own
+        buffer; the Python loop ignores it."""
         fd = sock.fileno()
         if self._poller is not None:
             f = _Followed(None, consume)
-            self._poller.add(fd, block_size, consume)
+            self._poller.add(fd, block_size, consume, raw)
         else:
             f = _Followed(stamped_read(sock, block_size), consume)
             try:

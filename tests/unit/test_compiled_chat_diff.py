@@ -204,7 +204,11 @@ def _line(draw) -> bytes:
     if kind == 1:
         return draw(st.binary(max_size=40))
     if kind == 2:
-        return b"data: " + draw(st.sampled_from([b"{", b"{}", b"{} x", b'{"a":01}', b'{"a":1e999}', b'{"a":NaN}', b'{"a":"\xed\xa0\x80"}', b'{"a":"\xc3"}', b'{"a":"\\ud800"}', b'{"a":"\\x"}', b'[1]', b'{"choices":[{"delta":{"content":"\x01"}}]}', b'{"choices":[{"delta":{"content":"ok"}}]}\r', b'{"choices":[{"delta":{"content":"a"}}]} \t']))
+        return b"data: " + draw(st.sampled_from([b"{", b"{}", b"{} x", b'{"a":01}', b'{"a":1e999}', b'{"a":NaN}', b'{"a":"\xed\xa0\x80"}', b'{"a":"\xc3"}', b'{"a":"\\ud800"}', b'{"a":"\\x"}', b'[1]', b'{"choices":[{"delta":{"content":"\x01"}}]}', b'{"choices":[{"delta":{"content":"ok"}}]}\r', b'{"choices":[{"delta":{"content":"a"}}]} \t',
+                                           # values before the fields read: skipped over, not re-read
+                                           b'{"created":1e5,"choices":[{"delta":{"content":"a"}}]}', b'{"n":-1.5E+2,"x":true,"y":false,"choices":[{"delta":{"content":"b"}}]}',
+                                           b'{"id":"q\\"}{[","s":"\\\\","choices":[{"logprobs":{"a":[1,{"b":"]"}]},"delta":{"content":"c"}}]}',
+                                           b'{"a":[],"b":{},"c":[ ],"d":{ },"choices":[{"delta":{"content":"d"}}]}']))
     body = _encode(draw(_chunk()), draw(st.integers(0, 5)))
     prefix = draw(st.sampled_from([b"data: ", b"data: ", b"data: ", b"data:", b"data:  "]))
     return prefix + body + draw(st.sampled_from([b"", b"", b"\r", b" "]))
@@ -346,3 +350,17 @@ def test_a_llama_server_stream_is_taken_in_c_too() -> None:
     take = _chat.ChatTaker(s, stream, LLAMA).take
     assert [take([x], 3) for x in lines] == [False, False, False, True]
     assert s.chunk_tokens == [1, 2] and "".join(s.parts) == "Hello!" and s.done
+
+
+@pytest.mark.parametrize("line", [
+    b'data: {"created":1e5,"choices":[{"delta":{"content":"a"}}]}',
+    b'data: {"n":-1.5E+2,"x":true,"y":false,"z":null,"choices":[{"delta":{"content":"b"}}]}',
+    b'data: {"id":"q\\"}{[","s":"\\\\","choices":[{"logprobs":{"a":[1,{"b":"]"}]},"delta":{"content":"c"}}]}',
+    b'data: { "a" : [ ] , "b" : { } ,"choices" : [ { "delta" : { "content" : "d" } } ] }',
+])  # fmt: skip
+def test_the_values_before_the_fields_it_reads_are_skipped_over_whatever_they_hold(line: bytes) -> None:
+    """The fields a chunk is read by come after values of every kind; the C side skips over
+    those (already validated) by their brackets and quotes, and must land on the next key."""
+    said = _chat.read_line(line)
+    assert said == (1, 0, line.split(b'"content"')[1].split(b'"')[1].decode())
+    _same([[line]])
