@@ -15,7 +15,9 @@ others when the machine has more than one. Per point it prints:
 * ITL error p50/p99 (every client gap against the server's write gap) and TTFT error p50/p99
   (client TTFT against first-chunk write minus request received), both absolute, in ms;
 * the master's CPU per 1,000 requests completed in the window (what one master can serve);
-* the worker's own saturation signals from run.json: event-loop lag and receive delay p99.
+* the worker's own saturation signals from run.json: event-loop lag and receive delay p99, and the
+  share of token chunks that came out of one read with the stream's previous one (coalesced: their
+  gap is lost, which is what an ITL error p99 of one token interval means).
 
 Not a test: figures, for docs/performance.md. Examples:
 
@@ -231,6 +233,8 @@ def measure(truth_log: Path, run_dir: Path, cpu: TreeCpu, streams: int, warmup_s
         # The worker's own saturation signals (loadgen/engine/health.py), p99 in ms.
         "loop_lag_p99_ms": (health.get("loop_lag_ms") or {}).get("p99"),
         "recv_delay_p99_ms": (health.get("recv_delay_ms") or {}).get("p99"),
+        # Token chunks that came out of one read with the stream's previous one (their gap lost).
+        "coalesced_share": (health.get("coalescing") or {}).get("share"),
     }  # fmt: skip
 
 
@@ -258,7 +262,7 @@ def main() -> None:
           f"{args.warmup:g} s warm-up; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
     print(f"{'streams':>7} {'pace':>6} {'held':>6} {'chunks/s':>9} {'/client-CPU-s':>13} {'/worker-CPU-s':>13} "
           f"{'client':>7} {'worker':>7} {'ITL err p50/p99 ms':>19} {'TTFT err p50/p99 ms':>20} {'err':>4} "
-          f"{'master ms/1k req':>16} {'loop lag/recv delay p99 ms':>26}")  # fmt: skip
+          f"{'master ms/1k req':>16} {'loop lag/recv delay p99 ms':>26} {'coalesced':>9}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="loadgen-bench-") as d:
         for interval_ms in paces:
             for c in streams:
@@ -273,7 +277,8 @@ def main() -> None:
                     f"{r['chunks_per_worker_cpu_s']:>13,.0f} {r['client_cores']:>6.0%} {r['worker_share']:>6.0%} "
                     f"{r['itl_p50_ms']:>9.3f}/{r['itl_p99_ms']:<9.3f} {r['ttft_p50_ms']:>9.3f}/{r['ttft_p99_ms']:<9.3f} "
                     f"{r['errors']:>4} {r['master_cpu_ms_per_1k_requests']:>16,.0f} "
-                    f"{r['loop_lag_p99_ms'] or float('nan'):>12.2f}/{r['recv_delay_p99_ms'] or float('nan'):<13.2f}",
+                    f"{r['loop_lag_p99_ms'] or float('nan'):>12.2f}/{r['recv_delay_p99_ms'] or float('nan'):<13.2f} "
+                    f"{r['coalesced_share'] if r['coalesced_share'] is not None else float('nan'):>9.2%}",
                     flush=True,
                 )  # fmt: skip
                 if args.json:

@@ -4,6 +4,7 @@ A terminal's Ctrl-C sends SIGINT to the whole process group: the `loadgen run` f
 master and its workers. Only the front acts on it (it asks the master to stop: see
 loadgen/runtime/stop_request.py); the master and workers ignore SIGINT, so no KeyboardInterrupt lands in
 the middle of a handler. The run drains what is on the wire and ends with one verdict, last.
+The run's processes are checked on the way: the master below its workers' priority.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import subprocess
 import time
 
 import orjson
+import psutil
+
+from loadgen.runtime.master_priority import MASTER_NICE
 
 from .runs import LOADGEN, records, sim, truth
 
@@ -33,6 +37,13 @@ def test_ctrl_c_to_the_process_group_stops_the_run_once_and_loses_nothing(tmp_pa
             while not any(len(f.read_bytes().splitlines()) >= 10 for f in results.glob("*/requests.jsonl")):
                 assert p.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
                 time.sleep(0.1)
+            # Under load the master runs at nice +5 and its workers as the run was started: where
+            # they share a core, a worker is not held off its tokens by the master's bursts.
+            front = psutil.Process(p.pid)
+            (master,) = front.children()
+            workers = master.children()
+            assert workers and master.nice() == front.nice() + MASTER_NICE
+            assert all(w.nice() == front.nice() for w in workers)
             t_stop = time.monotonic()
             os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
             rc = p.wait(timeout=40)
