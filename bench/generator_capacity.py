@@ -169,11 +169,16 @@ def run_point(tmp: Path, streams: int, interval_ms: float, tokens: int, duration
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             preexec_fn=(lambda: os.sched_setaffinity(0, client_cpus)) if client_cpus else None,
         )  # fmt: skip
+        if server_cpu is not None:
+            # This process (its CPU sampler above all) keeps off the client's cores: it measures
+            # the client and must not take its CPU. The server's core can spare it.
+            os.sched_setaffinity(0, {server_cpu})
         cpu = TreeCpu(client.pid)
         cpu.start()
         _out, err = client.communicate(timeout=duration_s + 300)
         cpu.stop()
     finally:
+        os.sched_setaffinity(0, cores)
         stop_server(server)
     if client.returncode not in (0, 4):
         raise RuntimeError(f"loadgen run failed ({client.returncode}): {err.decode()[-2000:]}")

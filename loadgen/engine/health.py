@@ -53,6 +53,7 @@ from hdrh.histogram import HdrHistogram
 
 from analysis import hdr
 from analysis.hlog import new_histogram, record_clamped
+from loadgen.engine.worker_gc import COLLECTOR, merge_gc
 
 __all__ = [
     "BURN_ENV",
@@ -249,6 +250,7 @@ class GeneratorHealth:
         self._shipped_at = 0.0
 
     def start(self) -> None:
+        COLLECTOR.start()  # collections by the clock while this worker runs (loadgen.engine.worker_gc)
         self._greenlets.append(gevent.spawn(self._watch_loop))
         if self.burn:
             busy_ms, _, period_ms = self.burn.partition("/")
@@ -257,11 +259,13 @@ class GeneratorHealth:
     def stop(self) -> None:
         gevent.killall(self._greenlets, block=False)
         self._greenlets = []
+        COLLECTOR.stop()
 
     def _watch_loop(self) -> None:
         period_ns = int(self.period_s * 1e9)
         sample_ns = int(SAMPLE_S * 1e9)
         record = self.loop_lag.record_value
+        collect_if_late = COLLECTOR.if_late
         next_sample = _perf_ns() + sample_ns
         while True:
             t = _perf_ns()
@@ -279,6 +283,7 @@ class GeneratorHealth:
             if now >= next_sample:
                 next_sample = now + sample_ns
                 self._sample()
+            collect_if_late()
             if self.recv_delays_ns.pending() >= FOLD_VALUES:
                 self._fold()
 
@@ -323,6 +328,7 @@ class GeneratorHealth:
             "recv_delay": self.recv_delay.encode(),
             "cpu": self.cpu_state(),
             "chunks": {"token_chunks": self.chunks.token_chunks, "coalesced": self.chunks.coalesced},
+            "gc": COLLECTOR.figures(),
         }
         if self.burn:
             out["test_burn"] = self.burn
@@ -348,6 +354,7 @@ def summarize(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
     by_worker: dict[str, dict[str, Any]] = {}
     token_chunks = coalesced = 0
     counted = False
+    gc_figures: list[dict[str, Any]] = []
     for wid, st in states.items():
         health = st.get("health") or {}
         for name, h in merged.items():
@@ -356,6 +363,8 @@ def summarize(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
         burn = burn or health.get("test_burn")
         if health.get("cpu"):
             by_worker[wid] = worker_cpu(health["cpu"])
+        if health.get("gc"):
+            gc_figures.append(health["gc"])
         chunks = health.get("chunks")
         if chunks:
             counted = True
@@ -370,6 +379,8 @@ def summarize(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "coalesced": coalesced,
             "share": round(coalesced / token_chunks, 6) if token_chunks else None,
         }
+    if gc_figures:
+        out["gc"] = merge_gc(gc_figures)
     if burn:
         out["test_burn"] = burn
     return out

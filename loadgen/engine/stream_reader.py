@@ -33,6 +33,7 @@ from gevent import get_hub, monkey
 from gevent.event import Event
 
 from loadgen.engine.http_reply import READER, arrival_ns
+from loadgen.engine.worker_gc import COLLECTOR
 
 try:  # the compiled recvmsg with its stamp and read loop (loadgen/engine/_reader.c)
     from loadgen.engine._reader import Poller as _Poller
@@ -152,6 +153,7 @@ class StreamReader:
         the same yields every ``YIELD_NS``, the same ends."""
         followed = self._followed
         poll = self._poller.poll
+        at_idle = COLLECTOR.at_idle
         wait = get_hub().wait
         perf_ns = time.perf_counter_ns
         yielded_ns = perf_ns()
@@ -164,6 +166,7 @@ class StreamReader:
                         f.error = error
                         f.done.set()
                 if not reads and not ended:
+                    at_idle()  # nothing waits to be read: the time for a collection
                     wait(self._watcher)
                     yielded_ns = perf_ns()
                 elif perf_ns() - yielded_ns >= YIELD_NS:
@@ -175,6 +178,7 @@ class StreamReader:
     def _run(self) -> None:
         followed = self._followed
         poll = self._epoll.poll
+        at_idle = COLLECTOR.at_idle
         wait = get_hub().wait
         perf_ns = time.perf_counter_ns
         yielded_ns = perf_ns()
@@ -182,6 +186,7 @@ class StreamReader:
             while followed:
                 events = poll(0, _MAX_EVENTS)
                 if not events:
+                    at_idle()  # nothing waits to be read: the time for a collection
                     wait(self._watcher)
                     yielded_ns = perf_ns()
                     continue

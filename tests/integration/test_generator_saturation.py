@@ -70,5 +70,7 @@ def test_a_burning_worker_flags_saturation_and_exits_4_while_a_free_one_passes(t
     # Both signals were measured (not merely absent) and stayed under the bound.
     assert gen["loop_lag_ms"]["count"] > 10 and gen["loop_lag_ms"]["p99"] < 300.0
     assert gen["recv_delay_ms"]["count"] > 10 and gen["recv_delay_ms"]["p99"] < 300.0
+    # The worker collected its garbage by the clock, between reads (loadgen/engine/worker_gc.py).
+    assert gen["gc"]["by"] == "clock" and gen["gc"]["collections"][0] > 0, gen["gc"]
     summary = orjson.loads((d / "summary.json").read_bytes())["generator"]
     assert not summary["saturated"] and summary["saturated_by"] == []
