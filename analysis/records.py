@@ -12,6 +12,7 @@ worker's plan. Metric definitions are in docs/metrics.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from itertools import repeat
 from typing import Any
@@ -238,14 +239,20 @@ def metric_values(rec: RequestRecord) -> list[tuple[str, int]]:
     runs once per request on the worker.
     """
     out = request_values(rec)
+    for metric, values in series_values(rec):
+        out.extend(zip(repeat(metric), values))
+    return out
+
+
+def series_values(rec: RequestRecord) -> list[tuple[str, Sequence[int]]]:
+    """The metrics one request has many values of, each with its values: ``itl`` (its gaps) and
+    ``tokens_per_chunk``, by the recording rule of ``metric_values`` (which is ``request_values``
+    and these, pair by pair). For a recorder that takes a metric's values at once."""
     if rec.status != STATUS_OK:
-        return out
-    out.extend(zip(repeat("itl"), rec.itl_us))
+        return []
+    out: list[tuple[str, Sequence[int]]] = [("itl", rec.itl_us)]
     if rec.chunks:
-        if rec.chunk_tokens is None:
-            out.extend(repeat(("tokens_per_chunk", 1), rec.chunks))
-        else:
-            out.extend(zip(repeat("tokens_per_chunk"), rec.chunk_tokens))
+        out.append(("tokens_per_chunk", [1] * rec.chunks if rec.chunk_tokens is None else rec.chunk_tokens))
     return out
 
 

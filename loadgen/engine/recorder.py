@@ -27,9 +27,9 @@ from analysis.hlog import clamped_values, new_histogram, record_clamped
 from analysis.records import (
     RequestRecord,
     histogram_tag,
-    metric_values,
     parse_histogram_tag,
     request_values,
+    series_values,
     tag_label,
 )
 
@@ -121,17 +121,20 @@ class Recorder:
         return h
 
     def record_request(self, rec: RequestRecord) -> None:
+        """``metric_values(rec)`` into the pending values: the one-value metrics one by one, a
+        request's gaps and chunk sizes each at once."""
         labels = (rec.turn_class, rec.tenant, rec.target)
-        last_metric, tag, values = None, "", []
-        for metric, value in metric_values(rec):
-            if metric != last_metric:
-                if len(values) >= self.FOLD_VALUES:
-                    self._fold(tag, values)
-                tag, values = self._slot(metric, labels)
-                last_metric = metric
+        slot = self._slot
+        for metric, value in request_values(rec):
+            tag, values = slot(metric, labels)
             values.append(value)
-        if len(values) >= self.FOLD_VALUES:
-            self._fold(tag, values)
+            if len(values) >= self.FOLD_VALUES:
+                self._fold(tag, values)
+        for metric, series in series_values(rec):
+            tag, values = slot(metric, labels)
+            values.extend(series)
+            if len(values) >= self.FOLD_VALUES:
+                self._fold(tag, values)
         self._records.append(rec.to_dict() if self._wire_records else rec)
 
     def take_delta(self) -> Delta:
