@@ -46,11 +46,27 @@ static const char *skip_ws(const char *p, const char *end) {
     return p;
 }
 
+/* Bytes a string's scan must look at: the quote, the backslash, controls and non-ASCII (1);
+ * every other byte is plain (0) and skipped in a tight loop. */
+static unsigned char string_stop[256];
+
+/* Bytes a skip over a validated object or array must look at: quotes and brackets (1). */
+static unsigned char bracket_stop[256];
+
+static void init_string_stop(void) {
+    for (int c = 0; c < 256; c++) {
+        string_stop[c] = c < 0x20 || c >= 0x80 || c == '"' || c == '\\';
+        bracket_stop[c] = c == '"' || c == '{' || c == '}' || c == '[' || c == ']';
+    }
+}
+
 /* A JSON string at p (its opening quote): its end, or NULL for anything not taken here. */
 static const char *scan_string(const char *p, const char *end, int *escaped) {
     p++;
     *escaped = 0;
     while (p < end) {
+        while (p < end && !string_stop[(unsigned char)*p]) p++;
+        if (p >= end) break;
         unsigned char c = (unsigned char)*p;
         if (c == '"') return p + 1;
         if (c == '\\') {
@@ -184,6 +200,7 @@ static const char *scan_value(const char *p, const char *end, int depth, JVal *v
 static const char *skip_string(const char *p, int *escaped) {
     p++;
     for (;;) {
+        while (*p != '"' && *p != '\\') p++;
         char c = *p;
         if (c == '"') return p + 1;
         if (c == '\\') { *escaped = 1; p += 2; } else p++;
@@ -210,6 +227,7 @@ static const char *skip_known(const char *p, JVal *v) {
         if (*q == '}' || *q == ']') { v->empty = 1; return v->end = q + 1; }
         int depth = 1, esc;
         while (depth > 0) {
+            while (!bracket_stop[(unsigned char)*q]) q++;
             char d = *q;
             if (d == '"') { q = skip_string(q, &esc); continue; }
             if (d == '{' || d == '[') depth++;
@@ -228,12 +246,15 @@ static const char *skip_known(const char *p, JVal *v) {
 
 /* The members named in keys[] of an object already validated by scan_value, into out[] (J_NONE
  * for those absent). -1 when one is repeated or any key has an escape (the Python path decides). */
+/* Whether the n bytes at s (a validated key: no NUL in it) are the key name. */
+static int key_is(const char *name, const char *s, size_t n) {
+    for (size_t j = 0; j < n; j++)
+        if (name[j] != s[j]) return 0;  /* name's NUL ends the match too */
+    return name[n] == '\0';
+}
+
 static int find_members(const JVal *obj, const char *const *keys, int nkeys, JVal *out) {
-    size_t klens[8];
-    for (int i = 0; i < nkeys; i++) {
-        out[i].kind = J_NONE;
-        klens[i] = strlen(keys[i]);
-    }
+    for (int i = 0; i < nkeys; i++) out[i].kind = J_NONE;
     if (obj->empty) return 0;
     const char *p = obj->start + 1, *end = obj->end;
     for (;;) {
@@ -247,7 +268,7 @@ static int find_members(const JVal *obj, const char *const *keys, int nkeys, JVa
         JVal val;
         p = skip_known(p, &val);
         for (int i = 0; i < nkeys; i++) {
-            if (klens[i] == klen && memcmp(keys[i], kstart, klen) == 0) {
+            if (key_is(keys[i], kstart, klen)) {
                 if (out[i].kind != J_NONE) return -1;
                 out[i] = val;
             }
@@ -1313,6 +1334,7 @@ static struct PyModuleDef chat_module = {
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
 
 PyMODINIT_FUNC PyInit__chat(void) {
+    init_string_stop();
     INTERN(s_pending, "pending");
     INTERN(s_counts, "counts");
     INTERN(s_token_chunks, "token_chunks");
