@@ -76,7 +76,6 @@ from __future__ import annotations
 import email.utils
 import functools
 import ipaddress
-import select
 import socket
 import ssl
 import time
@@ -86,6 +85,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import gevent
+from gevent import monkey
 from gevent import socket as gsocket
 from geventhttpclient.response import HTTPParseError
 
@@ -591,7 +591,7 @@ class SessionConnection:
         sock = self._sock
         if sock is not None:
             try:
-                readable, _, _ = select.select([sock], [], [], 0)
+                readable, _, _ = _select_now([sock], [], [], 0)
             except (OSError, ValueError):
                 readable = [sock]
             if not readable or (self._tls and _only_tls_records(sock)):
@@ -720,6 +720,11 @@ def _only_tls_records(sock: ssl.SSLSocket) -> bool:
     except (OSError, ValueError):
         return False
     return False  # EOF (b""), or a byte of a reply nobody asked for
+
+
+# The system's select, not gevent's: with a zero timeout gevent's also yields to the hub, a switch
+# and a loop iteration per request for a question the kernel answers at once.
+_select_now = monkey.get_original("select", "select")
 
 
 @functools.lru_cache(maxsize=64)
