@@ -778,6 +778,16 @@ static int apply_chunk(ChatTaker *self, const Chunk *ch, long long t_ns) {
     return 0;
 }
 
+static int set_long_attr(PyObject *obj, PyObject *name, long long x);
+
+/* A count kept since the last flush, added to obj.name (and zeroed) when there is one. */
+static int add_pending(PyObject *obj, PyObject *name, long *pending) {
+    long n = *pending;
+    if (n == 0) return 0;
+    *pending = 0;
+    return add_to_attr(obj, name, n);
+}
+
 /* What the chunks since the last flush said, onto the state (and the last read's stamp and the
  * body's completeness onto the reply, on the raw path). */
 static int taker_flush(ChatTaker *self) {
@@ -796,33 +806,14 @@ static int taker_flush(ChatTaker *self) {
         }
         self->p_n = 0;
     }
-    if (self->p_token_chunks) {
-        long n = self->p_token_chunks;
-        self->p_token_chunks = 0;
-        if (add_to_attr(self->counts, s_token_chunks, n) < 0) return -1;
-    }
-    if (self->p_coalesced) {
-        long n = self->p_coalesced;
-        self->p_coalesced = 0;
-        if (add_to_attr(self->counts, s_coalesced, n) < 0) return -1;
-    }
-    if (self->p_counted) {
-        long n = self->p_counted;
-        self->p_counted = 0;
-        if (add_to_attr(self->stream, s_counted, n) < 0) return -1;
-    }
-    if (self->p_reasoning) {
-        long n = self->p_reasoning;
-        self->p_reasoning = 0;
-        if (add_to_attr(self->state, s_reasoning, n) < 0) return -1;
-    }
+    if (add_pending(self->counts, s_token_chunks, &self->p_token_chunks) < 0 ||
+        add_pending(self->counts, s_coalesced, &self->p_coalesced) < 0 ||
+        add_pending(self->stream, s_counted, &self->p_counted) < 0 ||
+        add_pending(self->state, s_reasoning, &self->p_reasoning) < 0)
+        return -1;
     if (self->p_has_output) {
         self->p_has_output = 0;
-        PyObject *t = PyLong_FromLongLong(self->p_output_ns);
-        if (t == NULL) return -1;
-        int r = PyObject_SetAttr(self->state, s_output_ns, t);
-        Py_DECREF(t);
-        if (r < 0) return -1;
+        if (set_long_attr(self->state, s_output_ns, self->p_output_ns) < 0) return -1;
     }
     if (self->text_n > 0) {
         PyObject *text = PyUnicode_DecodeUTF8(self->text, self->text_n, "strict");
@@ -834,11 +825,7 @@ static int taker_flush(ChatTaker *self) {
     }
     if (self->has_read && self->resp != NULL) {
         self->has_read = 0;
-        PyObject *t = PyLong_FromLongLong(self->read_t);
-        if (t == NULL) return -1;
-        int r = PyObject_SetAttr(self->resp, s_t_recv_ns, t);
-        Py_DECREF(t);
-        if (r < 0) return -1;
+        if (set_long_attr(self->resp, s_t_recv_ns, self->read_t) < 0) return -1;
         if (PyObject_SetAttr(self->resp, s_message_complete, reader_api->complete(self->reader) ? Py_True : Py_False) < 0)
             return -1;
     }

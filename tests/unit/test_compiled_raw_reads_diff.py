@@ -49,17 +49,6 @@ STREAMS = {
 }
 
 
-class _Head:
-    """A socket that returns a reply's head, then nothing more (the body comes through consume)."""
-
-    def __init__(self, head: bytes) -> None:
-        self.head = head
-
-    def recv(self, _n: int) -> bytes:
-        out, self.head = self.head, b""
-        return out
-
-
 def _snapshot(s: StreamState, stream) -> tuple:
     return (
         *chat._snapshot(s, stream), getattr(stream, "seen_chars", None), getattr(stream, "seen_tokens", None),
@@ -70,7 +59,7 @@ def _snapshot(s: StreamState, stream) -> tuple:
 def _reply(chunked: bool, compiled: bool) -> StampedResponse:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
     head += b"transfer-encoding: chunked\r\n\r\n" if chunked else b"connection: close\r\n\r\n"
-    resp = StampedResponse(_Head(head), 65536, False, 1 << 16, compiled)
+    resp = StampedResponse(chat._Head(head), 65536, False, 1 << 16, compiled)
     resp.read_headers()
     assert (resp.compiled_body is not None) == compiled
     return resp
