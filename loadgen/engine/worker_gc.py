@@ -6,8 +6,8 @@ hundreds of sessions a second a "young" collection met 5,000-23,000 objects and 
 for 1-7 ms, ~9 times a second, wherever the count happened to run out: in a session's bookkeeping,
 in a report, in the middle of the stream reader's round. A chunk that waits past the stream's next
 one comes out of the same read: both get one stamp and their gap is lost (at 500 streams with
-tokens 10 ms apart, 0.3-1.2% of the chunks, and an ITL error p99 of a whole interval when that
-passed 1%).
+tokens 10 ms apart, 0.3-1.2% of the chunks, and an ITL error p99 of a whole interval once that
+passed ~0.5%: each such pair spoils two gaps).
 
 So while load runs the worker collects by the clock instead: the young generation every
 ``YOUNG_EVERY_NS`` when the stream reader has just read everything ready and is about to wait
@@ -15,7 +15,7 @@ So while load runs the worker collects by the clock instead: the young generatio
 ``FULL_EVERY_S``, and, should the reader never wait (saturated) or not run (no stream), from the
 health loop once ``YOUNG_LATE_NS`` have passed. The heap the worker started with is frozen first
 (``gc.freeze``): the full collections scan only what the run made. Automatic collection comes back
-when the load stops.
+when the worker's health monitor stops (``GeneratorHealth.stop``: the next run's preparation).
 """
 
 from __future__ import annotations
