@@ -24,6 +24,8 @@ import gc
 import time
 from typing import Any
 
+from targets.quiet_gc import quiet_gc
+
 YOUNG_EVERY_NS = 5_000_000
 YOUNG_LATE_NS = 50_000_000
 MIDDLE_EVERY = 10
@@ -44,11 +46,11 @@ class ClockCollector:
         self.pause_ns_max = 0
 
     def start(self) -> None:
-        """Freeze the heap as it is and take over from the automatic collector."""
+        """Freeze the heap as it is and take over from the automatic collector (whose quieter
+        thresholds ``quiet_gc`` sets for when it comes back)."""
         if self.active:
             return
-        gc.collect()
-        gc.freeze()
+        quiet_gc()
         gc.disable()
         self.active = True
         self._last_ns = self._last_full_ns = _perf_ns()

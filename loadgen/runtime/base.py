@@ -35,7 +35,6 @@ from loadgen.runtime.loss_timeouts import (
     parse_loss_timeout,
 )
 from loadgen.runtime.run_workload import config_workload
-from targets.quiet_gc import quiet_gc
 
 log = logging.getLogger("loadgen")
 
@@ -178,7 +177,6 @@ class RuntimeBase:
         self.plan = plan
         self._done_sent = False
         self._final_sent = False
-        quiet_gc()
         if self.health is not None:
             self.health.stop()
         self.health = GeneratorHealth()
