@@ -2,9 +2,12 @@
 
 Two signals a worker measures about itself, besides the schedule lag every request records:
 
-* **event-loop lag**: a greenlet asks to sleep ``period_s`` and records how much later than asked
-  it woke. Every greenlet of the worker (streams, arrivals, reports) waits in the same loop, so
-  this is how late any of them gets to run. A free loop wakes within ~0.1 ms.
+* **event-loop lag**: a timer of the loop asks to run ``period_s`` after it was armed and records
+  how much later than asked it ran. Every greenlet of the worker (streams, arrivals, reports) waits
+  in the same loop, so this is how late any of them gets to run. A free loop wakes within ~0.1 ms.
+  The timer's callback runs in the hub, as a sleeping greenlet's wake-up would, without the switch
+  into a greenlet and back: 50 times a second on a virtual machine, that switch and gevent's
+  sleep cost ~4 ms of CPU a second (docs/performance.md, "Wake-ups").
 * **receive delay**: per ``recv``, the time from the kernel's receive timestamp of the data to the
   moment the client started parsing it (``loadgen.engine.client``). Token times are the kernel's stamps,
   so they stay exact while the worker falls behind, up to a point: once a stream's next chunk
@@ -248,44 +251,65 @@ class GeneratorHealth:
         self._greenlets: list[gevent.Greenlet] = []
         self._shipped: dict[str, Any] | None = None
         self._shipped_at = 0.0
+        self._loop: Any = None  # gevent's loop, while the watch runs (``start``)
+        self._tick: Any = None  # its timer for the next tick
+        self._period_ns = int(period_s * 1e9)
+        self._armed_ns = self._armed_cpu_ns = self._next_sample_ns = 0
+        self._lags_us: list[int] = []  # loop lags not yet in ``loop_lag``
 
     def start(self) -> None:
         COLLECTOR.start()  # collections by the clock while this worker runs (loadgen.engine.worker_gc)
-        self._greenlets.append(gevent.spawn(self._watch_loop))
+        self._loop = gevent.get_hub().loop
+        self._next_sample_ns = _perf_ns() + int(SAMPLE_S * 1e9)
+        self._arm()
         if self.burn:
             busy_ms, _, period_ms = self.burn.partition("/")
             self._greenlets.append(gevent.spawn(_burn, float(busy_ms) / 1e3, float(period_ms or busy_ms) / 1e3))
 
     def stop(self) -> None:
+        self._loop = None  # a tick running now arms no other
+        if self._tick is not None:
+            self._tick.stop()
+            self._tick = None
         gevent.killall(self._greenlets, block=False)
         self._greenlets = []
         COLLECTOR.stop()
 
-    def _watch_loop(self) -> None:
-        period_ns = int(self.period_s * 1e9)
-        sample_ns = int(SAMPLE_S * 1e9)
-        record = self.loop_lag.record_value
-        collect_if_late = COLLECTOR.if_late
-        next_sample = _perf_ns() + sample_ns
-        while True:
-            t = _perf_ns()
-            c = _cpu_ns()
-            gevent.sleep(self.period_s)
+    def _arm(self) -> None:
+        self._armed_ns = _perf_ns()
+        self._armed_cpu_ns = _cpu_ns()
+        if self._loop is not None:
+            # A new one-shot timer per tick, as gevent's own sleep makes: libev's started again
+            # from its own callback ran at once, over and over.
+            self._tick = self._loop.timer(self.period_s)
+            self._tick.start(self._on_tick)
+
+    def _on_tick(self) -> None:
+        """The timer ran (in the hub): its lag, and every ``SAMPLE_S`` the CPU counters."""
+        try:
             now = _perf_ns()
-            lag = now - t - period_ns
-            record(max(1, lag // 1000))
+            lag = now - self._armed_ns - self._period_ns
+            self._lags_us.append(max(1, lag // 1000))
             if lag >= LATE_WAKE_NS:
                 # How much of this late window the worker itself was running: its own work held
                 # the loop (near a full core), or it was not running at all (others had the CPU).
                 self.late_wakes += 1
-                self.late_ns += now - t
-                self.late_cpu_ns += _cpu_ns() - c
-            if now >= next_sample:
-                next_sample = now + sample_ns
+                self.late_ns += now - self._armed_ns
+                self.late_cpu_ns += _cpu_ns() - self._armed_cpu_ns
+            if now >= self._next_sample_ns:
+                self._next_sample_ns = now + int(SAMPLE_S * 1e9)
                 self._sample()
-            collect_if_late()
+                self._fold_lags()
+            COLLECTOR.if_late()
             if self.recv_delays_ns.pending() >= FOLD_VALUES:
                 self._fold()
+        finally:  # armed again whatever happened: a watch that stops would say nothing, falsely
+            self._arm()
+
+    def _fold_lags(self) -> None:
+        if self._lags_us:
+            record_clamped(self.loop_lag, self._lags_us)
+            self._lags_us = []
 
     def _sample(self) -> Counters:
         c = read_counters()
@@ -323,6 +347,7 @@ class GeneratorHealth:
         if self._shipped is not None and now - self._shipped_at < max_age_s:
             return self._shipped
         self._fold()
+        self._fold_lags()
         out: dict[str, Any] = {
             "loop_lag": self.loop_lag.encode(),
             "recv_delay": self.recv_delay.encode(),

@@ -42,3 +42,32 @@ def test_each_signal_over_its_bound_flags_saturation_and_is_named() -> None:
     assert gen["saturated_by"] == ["receive-delay p99 16.0 ms (over ITL p50 12 ms)"]
     assert _generator(late_reads, lag_ok, 10.0, 0.001)["saturated_by"] == ["receive-delay p99 16.0 ms"]
     assert _generator({}, {"p99": 11.0}, 10.0)["saturated_by"] == ["schedule-lag p99 11.0 ms"]
+
+
+def test_the_loop_lag_timer_ticks_in_the_hub_until_stopped_and_a_failing_tick_keeps_it_armed(monkeypatch) -> None:
+    import gevent
+
+    from loadgen.engine import health as health_mod
+
+    h = GeneratorHealth(period_s=0.005)
+    calls = {"n": 0}
+    real_if_late = health_mod.COLLECTOR.if_late
+
+    def if_late() -> None:  # the second tick's work fails: the timer must still run again
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("a tick's work failed")
+        real_if_late()
+
+    monkeypatch.setattr(health_mod.COLLECTOR, "if_late", if_late)
+    h.start()
+    try:
+        gevent.sleep(0.2)
+    finally:
+        h.stop()
+    ticks = calls["n"]
+    assert ticks >= 5  # 40 were due; a busy 2-core machine runs fewer, never none after a failure
+    gevent.sleep(0.05)
+    assert calls["n"] == ticks  # stopped: no tick after stop()
+    state = h.state(max_age_s=0.0)
+    assert state["loop_lag"] and h.loop_lag.get_total_count() == ticks

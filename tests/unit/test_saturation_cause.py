@@ -300,32 +300,26 @@ def test_under_the_rule_coalesced_reads_of_a_busy_generator_fail_the_run_and_are
 
 
 def test_the_watch_counts_late_windows_and_how_much_of_them_the_worker_ran(monkeypatch) -> None:
-    # A fake clock: each sleep of 20 ms returns after a scripted wall time, with scripted CPU used.
+    # A fake clock: each 20 ms tick of the loop's timer runs after a scripted wall time, with
+    # scripted CPU used; the timer itself is not started (no hub runs it): the test calls it.
     clock = {"t": 0, "cpu": 0}
     script = [(20_500_000, 1_000_000),  # on time (0.5 ms late): not a late window
               (370_000_000, 350_000_000),  # its own code held the loop for 350 ms
               (60_000_000, 1_000_000),  # 40 ms late while it barely ran: others had the CPU
               (20_100_000, 0)]  # fmt: skip
-
-    class Done(Exception):
-        pass
-
-    def sleep(_s: float) -> None:
-        if not script:
-            raise Done
-        wall, cpu = script.pop(0)
-        clock["t"] += wall
-        clock["cpu"] += cpu
-
     monkeypatch.setattr(health, "_perf_ns", lambda: clock["t"])
     monkeypatch.setattr(health, "_cpu_ns", lambda: clock["cpu"])
-    monkeypatch.setattr(health.gevent, "sleep", sleep)
     monkeypatch.setattr(health, "read_counters", lambda: _counters(clock["t"] / 1e9, clock["cpu"] / 1e9))
     h = health.GeneratorHealth()
-    with pytest.raises(Done):
-        h._watch_loop()
+    h._arm()
+    for wall, cpu in script:
+        clock["t"] += wall
+        clock["cpu"] += cpu
+        h._on_tick()
     assert h.late_wakes == 2 and h.late_ns == 430_000_000 and h.late_cpu_ns == 351_000_000
+    h.state(max_age_s=0.0)
     assert h.loop_lag.get_total_count() == 4
+    assert h.loop_lag.get_max_value() == pytest.approx(350_000, rel=1e-3)  # µs, the 350 ms held
     w = worker_cpu(h.cpu_state())
     assert w["while_late_share"] == pytest.approx(351 / 430, abs=1e-4)
     # Over the whole watch (470.6 ms of fake time) it ran 352 ms.
