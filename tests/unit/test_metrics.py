@@ -125,8 +125,18 @@ def test_interval_histograms_restart_and_last_interval_is_merged_by_metric() -> 
     agg.merge(r.take_delta())
     first = agg.take_interval()
     assert first and all(h.get_total_count() for h in first.values())
+    counts = {tag: h.get_total_count() for tag, h in first.items()}
+    assert agg.last_interval_by_metric()["ttft"].get_total_count() == 1
+    assert agg.last_interval_by_turn_class()[("ttft", "first")].get_total_count() == 1
     assert agg.take_interval() == {}
-    assert "ttft" in agg.last_interval_by_metric() or agg.last_interval_by_metric() == {}
+    assert agg.last_interval_by_metric() == {}
+    # The next intervals reuse the histograms, emptied: each holds its own interval only.
+    for _ in range(2):
+        r.record_request(_record(0, random.Random(2)))
+        agg.merge(r.take_delta())
+        again = agg.take_interval()
+        assert {tag: h.get_total_count() for tag, h in again.items()} == counts
+    assert agg.combined("ttft").get_total_count() == 3  # the cumulative ones are never emptied
 
 
 def test_live_slo_attainment_counts_errors_as_misses() -> None:
