@@ -7,7 +7,11 @@ Two signals a worker measures about itself, besides the schedule lag every reque
   in the same loop, so this is how late any of them gets to run. A free loop wakes within ~0.1 ms.
   The timer's callback runs in the hub, as a sleeping greenlet's wake-up would, without the switch
   into a greenlet and back: 50 times a second on a virtual machine, that switch and gevent's
-  sleep cost ~4 ms of CPU a second (docs/performance.md, "Wake-ups").
+  sleep cost ~4 ms of CPU a second (docs/performance.md, "Wake-ups"). While the worker has no
+  request in flight (``busy``), the timer runs every ``IDLE_PERIOD_S`` instead: nothing waits
+  on the loop then but the next arrival, whose lateness its request records as schedule lag,
+  and each wake-up of an idle process costs ~60-150 µs of CPU on a virtual machine, which made
+  the probe nearly all of an idle run's worker.
 * **receive delay**: per ``recv``, the time from the kernel's receive timestamp of the data to the
   moment the client started parsing it (``loadgen.engine.client``). Token times are the kernel's stamps,
   so they stay exact while the worker falls behind, up to a point: once a stream's next chunk
@@ -47,6 +51,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +82,8 @@ SHIP_INTERVAL_S = 5.0
 # The CPU counters are read this often (the busiest interval's own CPU share is kept), and a wake of
 # the loop this late counts its window in the own-CPU-while-late figure.
 SAMPLE_S = 1.0
+# The loop-lag probe's period while no request is in flight (``GeneratorHealth.busy``).
+IDLE_PERIOD_S = 0.25
 LATE_WAKE_NS = 2_000_000
 # A worker's own-CPU-while-late share is only given over at least this much late time.
 MIN_LATE_S = 0.1
@@ -235,8 +242,12 @@ class GeneratorHealth:
     carried stream lines); ``state()`` folds it into the histogram and returns both, encoded.
     """
 
-    def __init__(self, period_s: float = 0.02) -> None:
+    def __init__(self, period_s: float = 0.02, idle_period_s: float = IDLE_PERIOD_S) -> None:
         self.period_s = period_s
+        self.idle_period_s = idle_period_s
+        # Whether the worker has a request in flight (set by its runtime once its driver is
+        # made): the probe runs every ``period_s`` then, every ``idle_period_s`` otherwise.
+        self.busy: Callable[[], bool] | None = None
         self.loop_lag = new_histogram()
         self.recv_delay = new_histogram()
         self.recv_delays_ns = RecvDelays()
@@ -253,7 +264,7 @@ class GeneratorHealth:
         self._shipped_at = 0.0
         self._loop: Any = None  # gevent's loop, while the watch runs (``start``)
         self._tick: Any = None  # its timer for the next tick
-        self._period_ns = int(period_s * 1e9)
+        self._armed_period_ns = int(period_s * 1e9)
         self._armed_ns = self._armed_cpu_ns = self._next_sample_ns = 0
         self._lags_us: list[int] = []  # loop lags not yet in ``loop_lag``
 
@@ -276,19 +287,21 @@ class GeneratorHealth:
         COLLECTOR.stop()
 
     def _arm(self) -> None:
+        period_s = self.period_s if self.busy is None or self.busy() else self.idle_period_s
+        self._armed_period_ns = int(period_s * 1e9)
         self._armed_ns = _perf_ns()
         self._armed_cpu_ns = _cpu_ns()
         if self._loop is not None:
             # A new one-shot timer per tick, as gevent's own sleep makes: libev's started again
             # from its own callback ran at once, over and over.
-            self._tick = self._loop.timer(self.period_s)
+            self._tick = self._loop.timer(period_s)
             self._tick.start(self._on_tick)
 
     def _on_tick(self) -> None:
         """The timer ran (in the hub): its lag, and every ``SAMPLE_S`` the CPU counters."""
         try:
             now = _perf_ns()
-            lag = now - self._armed_ns - self._period_ns
+            lag = now - self._armed_ns - self._armed_period_ns
             self._lags_us.append(max(1, lag // 1000))
             if lag >= LATE_WAKE_NS:
                 # How much of this late window the worker itself was running: its own work held

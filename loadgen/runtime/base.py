@@ -191,6 +191,8 @@ class RuntimeBase:
             recv_delays=self.health.recv_delays_ns,
             schedule=schedule,
         )
+        in_flight = self.driver.in_flight
+        self.health.busy = lambda: in_flight.requests > 0  # the loop-lag probe's pace
 
     def _on_record(self, rec: RequestRecord) -> None:
         self.recorder.record_request(rec)

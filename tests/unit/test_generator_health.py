@@ -71,3 +71,26 @@ def test_the_loop_lag_timer_ticks_in_the_hub_until_stopped_and_a_failing_tick_ke
     assert calls["n"] == ticks  # stopped: no tick after stop()
     state = h.state(max_age_s=0.0)
     assert state["loop_lag"] and h.loop_lag.get_total_count() == ticks
+
+
+def test_the_probe_slows_to_its_idle_period_while_no_request_is_in_flight(monkeypatch) -> None:
+    from loadgen.engine import health as health_mod
+
+    clock = {"t": 10**12}
+    monkeypatch.setattr(health_mod, "_perf_ns", lambda: clock["t"])
+    h = GeneratorHealth(period_s=0.02, idle_period_s=0.25)
+    in_flight = {"n": 0}
+    h.busy = lambda: in_flight["n"] > 0
+    h._next_sample_ns = 2**62  # no counters sampled (nor lags folded) in this test
+    h._arm()
+    assert h._armed_period_ns == 250_000_000
+    in_flight["n"] = 1
+    clock["t"] += 253_000_000  # the idle tick, 3 ms late: its lag is taken against 250 ms
+    h._on_tick()
+    assert h._lags_us[-1] == 3_000
+    assert h._armed_period_ns == 20_000_000  # re-armed at the busy pace
+    in_flight["n"] = 0
+    clock["t"] += 20_500_000
+    h._on_tick()
+    assert h._lags_us[-1] == 500
+    assert h._armed_period_ns == 250_000_000
