@@ -137,6 +137,10 @@ def test_interval_histograms_restart_and_last_interval_is_merged_by_metric() -> 
         again = agg.take_interval()
         assert {tag: h.get_total_count() for tag, h in again.items()} == counts
     assert agg.combined("ttft").get_total_count() == 3  # the cumulative ones are never emptied
+    # A tag without values for an interval is not kept for reuse (nor its ~190 KiB of counts).
+    agg.take_interval()
+    agg.take_interval()
+    assert agg.interval == {} and agg._spare == {}
 
 
 def test_live_slo_attainment_counts_errors_as_misses() -> None:
