@@ -17,7 +17,10 @@ others when the machine has more than one. Per point it prints:
 * the master's CPU per 1,000 requests completed in the window (what one master can serve);
 * the worker's own saturation signals from run.json: event-loop lag and receive delay p99, and the
   share of token chunks that came out of one read with the stream's previous one (coalesced: their
-  gap is lost, which is what an ITL error p99 of one token interval means).
+  gap is lost, which is what an ITL error p99 of one token interval means);
+* a worker's wake-ups per second (the voluntary context switches of its main thread: each a sleep
+  and a wake) and its CPU per wake-up: at a light load the wake-ups, not the chunks, are the cost
+  (docs/performance.md, "Wake-ups").
 
 Not a test: figures, for docs/performance.md. Examples:
 
@@ -65,8 +68,12 @@ class TreeCpu:
         self.root = root_pid
         self.period_s = period_s
         self.samples: list[tuple[int, dict[int, float]]] = []  # (perf_counter_ns, {pid: cpu_s})
+        # (perf_counter_ns, {pid: wake-ups}): the voluntary context switches of each process's main
+        # thread, each one a sleep and a wake-up (docs/performance.md, "Wake-ups").
+        self.wake_samples: list[tuple[int, dict[int, float]]] = []
         self.parents: dict[int, int] = {}
         self._last: dict[int, float] = {}
+        self._last_wakes: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -91,10 +98,13 @@ class TreeCpu:
                 try:
                     t = p.cpu_times()
                     self._last[p.pid] = t.user + t.system
+                    self._last_wakes[p.pid] = float(p.num_ctx_switches().voluntary)
                     self.parents.setdefault(p.pid, p.ppid())
                 except psutil.NoSuchProcess:
                     pass  # its last sample stands
-            self.samples.append((time.perf_counter_ns(), dict(self._last)))
+            now = time.perf_counter_ns()
+            self.samples.append((now, dict(self._last)))
+            self.wake_samples.append((now, dict(self._last_wakes)))
             self._stop.wait(self.period_s)
 
     def depth(self, pid: int) -> int:
@@ -106,12 +116,19 @@ class TreeCpu:
 
     def cpu_between(self, t_a_ns: int, t_b_ns: int, pids: set[int] | None = None) -> float:
         """CPU seconds the (selected) processes used between two instants, interpolated."""
+        return self._between(self.samples, t_a_ns, t_b_ns, pids)
 
+    def wakes_between(self, t_a_ns: int, t_b_ns: int, pids: set[int] | None = None) -> float:
+        """Wake-ups of the (selected) processes' main threads between two instants, interpolated."""
+        return self._between(self.wake_samples, t_a_ns, t_b_ns, pids)
+
+    @staticmethod
+    def _between(samples: list, t_a_ns: int, t_b_ns: int, pids: set[int] | None) -> float:
         def at(t_ns: int) -> float:
-            ts = [s[0] for s in self.samples]
+            ts = [s[0] for s in samples]
             i = int(np.searchsorted(ts, t_ns))
-            i = min(max(i, 1), len(self.samples) - 1)
-            (t0, c0), (t1, c1) = self.samples[i - 1], self.samples[i]
+            i = min(max(i, 1), len(samples) - 1)
+            (t0, c0), (t1, c1) = samples[i - 1], samples[i]
             v0 = sum(v for p, v in c0.items() if pids is None or p in pids)
             v1 = sum(v for p, v in c1.items() if pids is None or p in pids)
             f = 0.0 if t1 == t0 else min(1.0, max(0.0, (t_ns - t0) / (t1 - t0)))
@@ -206,6 +223,7 @@ def measure(truth_log: Path, run_dir: Path, cpu: TreeCpu, streams: int, warmup_s
     worker_pids = {p for p in cpu.parents if cpu.depth(p) == 2}
     worker_cpu = cpu.cpu_between(t_a, t_b, worker_pids)
     busiest = max((cpu.cpu_between(t_a, t_b, {p}) for p in worker_pids), default=float("nan"))
+    worker_wakes = cpu.wakes_between(t_a, t_b, worker_pids)
     master_pids = {p for p in cpu.parents if cpu.depth(p) == 1}  # Locust's master: merges, writes
     master_cpu = cpu.cpu_between(t_a, t_b, master_pids)
     done_in_window = int(((ends >= t_a) & (ends < t_b)).sum())
@@ -231,6 +249,9 @@ def measure(truth_log: Path, run_dir: Path, cpu: TreeCpu, streams: int, warmup_s
         "chunks_per_cpu_s": chunks / tree_cpu if tree_cpu > 0 else float("nan"),
         "chunks_per_worker_cpu_s": chunks / worker_cpu if worker_cpu > 0 else float("nan"),
         "client_cores": tree_cpu / wall_s, "worker_share": busiest / wall_s,
+        # Per worker: how often its loop slept and was woken, and its CPU per wake-up.
+        "worker_wakes_per_s": worker_wakes / wall_s / max(1, len(worker_pids)),
+        "worker_cpu_us_per_wake": 1e6 * worker_cpu / worker_wakes if worker_wakes > 0 else float("nan"),
         "master_cpu_ms_per_1k_requests": 1e6 * master_cpu / done_in_window if done_in_window else float("nan"),
         "master_cpu_ms_per_100k_chunks": 1e8 * master_cpu / chunks if chunks else float("nan"),
         "itl_p50_ms": float(np.percentile(itl, 50)), "itl_p99_ms": float(np.percentile(itl, 99)),
@@ -267,7 +288,8 @@ def main() -> None:
           f"{args.warmup:g} s warm-up; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
     print(f"{'streams':>7} {'pace':>6} {'held':>6} {'chunks/s':>9} {'/client-CPU-s':>13} {'/worker-CPU-s':>13} "
           f"{'client':>7} {'worker':>7} {'ITL err p50/p99 ms':>19} {'TTFT err p50/p99 ms':>20} {'err':>4} "
-          f"{'master ms/1k req':>16} {'loop lag/recv delay p99 ms':>26} {'coalesced':>9}")  # fmt: skip
+          f"{'master ms/1k req':>16} {'loop lag/recv delay p99 ms':>26} {'coalesced':>9} "
+          f"{'wakes/s':>8} {'us/wake':>8}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="loadgen-bench-") as d:
         for interval_ms in paces:
             for c in streams:
@@ -283,7 +305,8 @@ def main() -> None:
                     f"{r['itl_p50_ms']:>9.3f}/{r['itl_p99_ms']:<9.3f} {r['ttft_p50_ms']:>9.3f}/{r['ttft_p99_ms']:<9.3f} "
                     f"{r['errors']:>4} {r['master_cpu_ms_per_1k_requests']:>16,.0f} "
                     f"{r['loop_lag_p99_ms'] or float('nan'):>12.2f}/{r['recv_delay_p99_ms'] or float('nan'):<13.2f} "
-                    f"{r['coalesced_share'] if r['coalesced_share'] is not None else float('nan'):>9.2%}",
+                    f"{r['coalesced_share'] if r['coalesced_share'] is not None else float('nan'):>9.2%} "
+                    f"{r['worker_wakes_per_s']:>8,.0f} {r['worker_cpu_us_per_wake']:>8,.0f}",
                     flush=True,
                 )  # fmt: skip
                 if args.json:
