@@ -264,6 +264,18 @@ def measure(truth_log: Path, run_dir: Path, cpu: TreeCpu, streams: int, warmup_s
     }  # fmt: skip
 
 
+def floor_point(streams: int, interval_ms: float) -> float:
+    """bench/gevent_floor.py's "one reader + json" at this point: chunks per CPU-second of a bare
+    gevent loop that reads every stream from one epoll set and parses each chunk with orjson."""
+    cmd = [sys.executable, str(Path(__file__).with_name("gevent_floor.py")), "-c", str(streams),
+           "--pace", str(interval_ms), "-d", "4", "-w", "2", "--mode", "one reader + json", "--json"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    for line in out.splitlines():
+        if line.startswith("{"):
+            return float(orjson.loads(line)["chunks_per_cpu_s"])
+    raise RuntimeError(f"bench/gevent_floor.py printed no figure: {out[-500:]}")
+
+
 def _pace(text: str) -> float:
     if text in ("b2b", "0", "0ms"):
         return 0.0
@@ -281,6 +293,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="loadgen worker processes")
     ap.add_argument("--no-pin", action="store_true", help="don't pin server and client to separate cores")
     ap.add_argument("--json", action="store_true", help="also print each point as a JSON line")
+    ap.add_argument("--floor", action="store_true",
+                    help="after each point, bench/gevent_floor.py's one reader + json at the same streams and "
+                         "pace: the worker's figure as a share of it, measured minutes apart (this ratio "
+                         "moves far less than the figures when the machine's speed drifts)")  # fmt: skip
     args = ap.parse_args()
     streams = args.streams or [10, 100, 500, 1000]
     paces = [_pace(p) for p in (args.pace or ["10ms", "b2b"])]
@@ -289,7 +305,7 @@ def main() -> None:
     print(f"{'streams':>7} {'pace':>6} {'held':>6} {'chunks/s':>9} {'/client-CPU-s':>13} {'/worker-CPU-s':>13} "
           f"{'client':>7} {'worker':>7} {'ITL err p50/p99 ms':>19} {'TTFT err p50/p99 ms':>20} {'err':>4} "
           f"{'master ms/1k req':>16} {'loop lag/recv delay p99 ms':>26} {'coalesced':>9} "
-          f"{'wakes/s':>8} {'us/wake':>8}")  # fmt: skip
+          f"{'wakes/s':>8} {'us/wake':>8}" + (f" {'floor /CPU-s':>12} {'worker/floor':>12}" if args.floor else ""))  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="loadgen-bench-") as d:
         for interval_ms in paces:
             for c in streams:
@@ -298,6 +314,8 @@ def main() -> None:
                 warmup = max(args.warmup, tokens * interval_ms / 1000.0)
                 duration = max(args.duration, warmup + 3.0)
                 r = run_point(Path(d), c, interval_ms, tokens, duration, warmup, args.workers, not args.no_pin)
+                if args.floor:
+                    r["floor_chunks_per_cpu_s"] = floor_point(c, interval_ms)
                 pace = f"{interval_ms:g}ms" if interval_ms else "b2b"
                 print(
                     f"{c:>7} {pace:>6} {r['held']:>6.0f} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>13,.0f} "
@@ -306,7 +324,9 @@ def main() -> None:
                     f"{r['errors']:>4} {r['master_cpu_ms_per_1k_requests']:>16,.0f} "
                     f"{r['loop_lag_p99_ms'] or float('nan'):>12.2f}/{r['recv_delay_p99_ms'] or float('nan'):<13.2f} "
                     f"{r['coalesced_share'] if r['coalesced_share'] is not None else float('nan'):>9.2%} "
-                    f"{r['worker_wakes_per_s']:>8,.0f} {r['worker_cpu_us_per_wake']:>8,.0f}",
+                    f"{r['worker_wakes_per_s']:>8,.0f} {r['worker_cpu_us_per_wake']:>8,.0f}"
+                    + (f" {r['floor_chunks_per_cpu_s']:>12,.0f} "
+                       f"{r['chunks_per_worker_cpu_s'] / r['floor_chunks_per_cpu_s']:>12.2f}" if args.floor else ""),
                     flush=True,
                 )  # fmt: skip
                 if args.json:

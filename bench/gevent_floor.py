@@ -46,6 +46,7 @@ TOKENS = 100
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _ANC = socket.CMSG_SPACE(16)
 _END = b"0\r\n\r\n"
+MODES = ("read", "read + json", "one reader", "one reader + json")
 
 
 def _request(port: int) -> bytes:
@@ -152,6 +153,8 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=10.0, help="ms between tokens (0: back to back)")
     ap.add_argument("-d", "--duration", type=float, default=4.0, help="measurement window per point, s")
     ap.add_argument("-w", "--warmup", type=float, default=2.0, help="before each window, s")
+    ap.add_argument("--mode", action="append", choices=MODES, help="only this floor (repeatable; default all four)")
+    ap.add_argument("--json", action="store_true", help="also print each point as a JSON line")
     args = ap.parse_args()
     pin = (os.cpu_count() or 1) > 1
     cmd = [sys.executable, str(REPO / "bench" / "sse_server.py"), "--port", "0", "--interval-ms", str(args.pace)]
@@ -169,11 +172,13 @@ def main() -> None:
               f"{args.duration:g} s windows; load average {load:.1f} on {os.cpu_count()} cores")  # fmt: skip
         print(f"{'streams':>7}  {'floor':<17} {'chunks/s':>9} {'/CPU-s':>9} {'us/chunk':>8} {'CPU':>5}")
         for streams in args.streams or [500]:
-            for name in ("read", "read + json", "one reader", "one reader + json"):
+            for name in args.mode or MODES:
                 r = measure(port, streams, name, args.warmup, args.duration)
                 per = 1e6 / r["chunks_per_cpu_s"] if r["chunks_per_cpu_s"] else float("nan")
                 print(f"{streams:>7}  {name:<17} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>9,.0f} "
                       f"{per:>8.1f} {r['cpu_share']:>5.0%}", flush=True)  # fmt: skip
+                if args.json:
+                    print(orjson.dumps({"streams": streams, "pace_ms": args.pace, "mode": name, **r}).decode(), flush=True)
     finally:
         server.terminate()
         server.wait(30)
