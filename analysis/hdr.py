@@ -13,6 +13,7 @@ reproduce hdrh's definitions exactly (the tests check equality with hdrh's own a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,27 +63,50 @@ SMALL_BATCH = 400
 def record_many(h: HdrHistogram, values: np.ndarray) -> None:
     """Record every value of ``values`` (integers already in range) into ``h``: what a loop of
     ``h.record_value(v)`` does, with numpy (recording millions of ITL gaps one by one takes seconds)."""
+    record_many_each((h,), values)
+
+
+def _layout(h: HdrHistogram) -> tuple[int, int, int, int, int]:
+    # len(h.counts), not counts_len: a decoded histogram's counts array may be shorter
+    return (len(h.counts), h.sub_bucket_mask, h.unit_magnitude, h.sub_bucket_half_count_magnitude,
+            h.sub_bucket_half_count)  # fmt: skip
+
+
+def record_many_each(hs: Sequence[HdrHistogram], values: np.ndarray) -> None:
+    """``record_many(h, values)`` for every ``h`` of ``hs``, each value's bucket found once for all
+    the histograms of one layout (a master records each small delta into two: the cumulative
+    histogram and the interval's)."""
     v = np.asarray(values, dtype=np.int64)
     v = v[v >= 0]
-    if not len(v):
+    if not len(v) or not hs:
         return
+    first = hs[0]
+    same = [h for h in hs if _layout(h) == _layout(first)]
+    for h in hs:
+        if _layout(h) != _layout(first):
+            record_many_each((h,), v)
     # bit length of (v | sub_bucket_mask); exact through float64 for values below 2**53
-    bits = np.frexp((v | h.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
-    bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
-    sub = v >> (bucket + h.unit_magnitude)
-    idx = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + (sub - h.sub_bucket_half_count)
-    counts = np.ctypeslib.as_array(h.counts)
-    keep = (idx >= 0) & (idx < len(counts))
+    bits = np.frexp((v | first.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
+    bucket = bits - first.unit_magnitude - (first.sub_bucket_half_count_magnitude + 1)
+    sub = v >> (bucket + first.unit_magnitude)
+    idx = ((bucket + 1) << first.sub_bucket_half_count_magnitude) + (sub - first.sub_bucket_half_count)
+    n_counts = len(np.ctypeslib.as_array(first.counts))
+    keep = (idx >= 0) & (idx < n_counts)
     v, idx = v[keep], idx[keep]
     if not len(v):
         return
-    if len(idx) < SMALL_BATCH:  # a few values: count them where they fall (bincount walks every bucket)
-        np.add.at(counts, idx, 1)
-    else:
-        counts += np.bincount(idx, minlength=len(counts)).astype(counts.dtype)
-    h.total_count += len(v)
-    h.min_value = min(h.min_value, int(v.min()))
-    h.max_value = max(h.max_value, int(v.max()))
+    # a few values: count them where they fall (bincount walks every bucket)
+    added = None if len(idx) < SMALL_BATCH else np.bincount(idx, minlength=n_counts)
+    low, high, n = int(v.min()), int(v.max()), len(v)
+    for h in same:
+        counts = np.ctypeslib.as_array(h.counts)
+        if added is None:
+            np.add.at(counts, idx, 1)
+        else:
+            counts += added.astype(counts.dtype)
+        h.total_count += n
+        h.min_value = min(h.min_value, low)
+        h.max_value = max(h.max_value, high)
 
 
 def value_at_percentiles(b: Bins, percentiles: list[float] | tuple[float, ...]) -> list[int]:

@@ -31,7 +31,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from analysis.errors import ResultsError
-from analysis.hdr import record_many
+from analysis.hdr import record_many, record_many_each
 from analysis.records import HIST_HIGHEST_US, HIST_LOWEST_US, HIST_SIGNIFICANT_DIGITS, METRICS_FILE
 
 FORMAT_VERSION = "1.3"
@@ -68,6 +68,12 @@ def record_clamped(h: HdrHistogram, values: Sequence[float] | np.ndarray) -> Hdr
         return h
     record_many(h, clamped_values(values))
     return h
+
+
+def record_clamped_each(hs: Sequence[HdrHistogram], values: Sequence[float] | np.ndarray) -> None:
+    """``record_clamped(h, values)`` for every ``h`` of ``hs``, the values clamped and bucketed once."""
+    if len(values):
+        record_many_each(hs, clamped_values(values))
 
 
 def merge(histograms: Iterable[HdrHistogram]) -> HdrHistogram:

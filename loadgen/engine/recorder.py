@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from analysis.hlog import clamped_values, new_histogram, record_clamped
+from analysis.hlog import clamped_values, new_histogram, record_clamped, record_clamped_each
 from analysis.records import (
     RequestRecord,
     histogram_tag,
@@ -263,12 +263,15 @@ class MetricsAggregate:
                     h = table[tag] = new_histogram()
                 h.add(src)
         for tag, raw in delta.values.items():
-            values = np.frombuffer(raw, dtype="<i8")
+            hs = []
             for table in (self.cumulative, self.interval):
                 h = table.get(tag)
                 if h is None:
                     h = table[tag] = new_histogram()
-                record_clamped(h, values)
+                hs.append(h)
+            # Both histograms at once: the values' buckets found once (a third of a light run's
+            # master CPU was finding them twice).
+            record_clamped_each(hs, np.frombuffer(raw, dtype="<i8"))
         return self._count([RequestRecord.from_dict(d) for d in delta.records])
 
     def merge_local(

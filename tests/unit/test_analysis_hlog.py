@@ -142,3 +142,26 @@ def test_record_many_equals_record_value():
     assert bulk.encode() == one_by_one.encode()
     assert (bulk.get_total_count(), bulk.get_min_value(), bulk.get_max_value()) == (
         one_by_one.get_total_count(), one_by_one.get_min_value(), one_by_one.get_max_value())  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [0, 7, 399, 400, 5000])  # both sides of SMALL_BATCH
+def test_record_many_each_equals_record_value_into_each_histogram(n):
+    from hdrh.histogram import HdrHistogram
+
+    rng = np.random.default_rng(n)
+    values = np.clip(rng.lognormal(8, 3, n).astype(np.int64), 1, 3_600_000_000)
+    # Two of loadgen's layout, one already holding counts, and one of another layout (2 digits).
+    a, b = hlog.new_histogram(), hlog.new_histogram()
+    hdr.record_many(b, np.asarray([5, 70_000], dtype=np.int64))
+    other = HdrHistogram(1, 3_600_000_000, 2)
+    truth = [hlog.new_histogram(), hlog.new_histogram(), HdrHistogram(1, 3_600_000_000, 2)]
+    for v in (5, 70_000):
+        truth[1].record_value(v)
+    for h in truth:
+        for v in values.tolist():
+            h.record_value(v)
+    hlog.record_clamped_each([a, b, other], values)
+    for got, want in zip((a, b, other), truth, strict=True):
+        assert got.encode() == want.encode()
+        assert (got.get_total_count(), got.get_min_value(), got.get_max_value()) == (
+            want.get_total_count(), want.get_min_value(), want.get_max_value())  # fmt: skip
