@@ -9,7 +9,8 @@ others when the machine has more than one. Per point it prints:
 
 * chunks/s the server wrote in the measurement window (after a warm-up, while arrivals run);
 * chunks per client CPU-second: the whole ``loadgen run`` process tree (front, master, workers),
-  from /proc via psutil, over the same window; and per worker CPU-second (workers only);
+  from each process's CPU clock (``bench/proc_cpu.py``: to the ns, where /proc counts 10 ms ticks),
+  over the same window; and per worker CPU-second (workers only);
 * the client's CPU share (cores: tree CPU-s per wall-s) and the busiest worker's share;
 * the concurrency actually held (time-weighted open streams the server saw) against the asked;
 * ITL error p50/p99 (every client gap against the server's write gap) and TTFT error p50/p99
@@ -46,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import psutil
+from proc_cpu import process_cpu_s
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -96,8 +98,7 @@ class TreeCpu:
                 break
             for p in procs:
                 try:
-                    t = p.cpu_times()
-                    self._last[p.pid] = t.user + t.system
+                    self._last[p.pid] = process_cpu_s(p)
                     self._last_wakes[p.pid] = float(p.num_ctx_switches().voluntary)
                     self.parents.setdefault(p.pid, p.ppid())
                 except psutil.NoSuchProcess:

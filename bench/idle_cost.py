@@ -3,7 +3,7 @@ happens (one short session every ``--every`` seconds against the embedded simula
 
 The fixed costs of a run (heartbeats, reports, health probes, the loops that wait for work) are
 paid whatever the load; at light load they are most of what a run costs per token. This measures
-them alone: the CPU seconds (user + system, from /proc via psutil) each process of the tree used
+them alone: the CPU seconds (user + system, from its CPU clock: ``bench/proc_cpu.py``) each process of the tree used
 over a window that starts after start-up, divided by the window's wall time. Each session is one
 turn of 16 output tokens, so what is measured is the run's own upkeep, not token traffic;
 ``--workload`` measures another (a shipped spec's agentic sessions keep streams open for
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import psutil
+from proc_cpu import process_cpu_s
 
 ROLES = ("front", "sim", "master", "worker")
 
@@ -56,8 +57,7 @@ def cpu_by_pid(root: psutil.Process) -> dict[int, tuple[str, float]]:
     out = {}
     for p in [root, *root.children(recursive=True)]:
         try:
-            t = p.cpu_times()
-            out[p.pid] = (role_of(p, root.pid), t.user + t.system)
+            out[p.pid] = (role_of(p, root.pid), process_cpu_s(p))
         except psutil.NoSuchProcess:
             pass
     return out
