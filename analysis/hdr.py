@@ -81,16 +81,19 @@ def record_many_each(hs: Sequence[HdrHistogram], values: np.ndarray) -> None:
     if not len(v) or not hs:
         return
     first = hs[0]
-    same = [h for h in hs if _layout(h) == _layout(first)]
+    layout = _layout(first)
+    same = []
     for h in hs:
-        if _layout(h) != _layout(first):
+        if _layout(h) == layout:
+            same.append(h)
+        else:  # another layout: its own buckets
             record_many_each((h,), v)
     # bit length of (v | sub_bucket_mask); exact through float64 for values below 2**53
     bits = np.frexp((v | first.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
     bucket = bits - first.unit_magnitude - (first.sub_bucket_half_count_magnitude + 1)
     sub = v >> (bucket + first.unit_magnitude)
     idx = ((bucket + 1) << first.sub_bucket_half_count_magnitude) + (sub - first.sub_bucket_half_count)
-    n_counts = len(np.ctypeslib.as_array(first.counts))
+    n_counts = len(first.counts)
     keep = (idx >= 0) & (idx < n_counts)
     v, idx = v[keep], idx[keep]
     if not len(v):

@@ -140,7 +140,7 @@ def test_interval_histograms_restart_and_last_interval_is_merged_by_metric() -> 
     # A tag without values for an interval is not kept for reuse (nor its ~190 KiB of counts).
     agg.take_interval()
     agg.take_interval()
-    assert agg.interval == {} and agg._spare == {}
+    assert agg.interval == {} and agg._last_interval == {}
 
 
 def test_live_slo_attainment_counts_errors_as_misses() -> None:
