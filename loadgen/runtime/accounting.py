@@ -13,6 +13,7 @@ incomplete (exit 5).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +28,18 @@ __all__ = ["Accounting", "Share"]
 WORKER_LOST = "worker lost"
 STOPPED_EARLY = "stopped early"
 UNEXPLAINED = "not sent by any worker"
+
+# A worker taking over a lost slot sends the slot's arrivals from this long after the takeover:
+# its plan reaches it first, so none of them is sent late (late ones would count as schedule lag).
+TAKEOVER_LEAD_S = 0.5
+
+
+def handover_s(now_s: float) -> float:
+    """When a lost worker's arrivals pass to others: ``TAKEOVER_LEAD_S`` from ``now_s``, on a whole
+    millisecond. run.json says it to the millisecond (``arrivals_from_s``), so it must be that
+    number exactly: rounded to the nearest one it could name a time after an arrival that was
+    sent, or before one that was not."""
+    return math.ceil(max(0.0, now_s + TAKEOVER_LEAD_S) * 1000) / 1000
 
 
 @dataclass

@@ -59,9 +59,6 @@ READY_WAIT_S = 120.0
 # The most a master waits for its workers to connect, or to handle Locust's spawn message, before
 # it goes on regardless (Locust's own wait, and the drain barrier, handle a worker that never does).
 SPAWN_WAIT_S = 5.0
-# A worker taking over a lost slot sends the slot's arrivals from this long after the takeover:
-# its plan reaches it first, so none of them is sent late (late ones would count as schedule lag).
-TAKEOVER_LEAD_S = 0.5
 # A headless master whose join secret is required waits this long, at the test start, for
 # --expect-workers workers that proved it (Locust's own wait counts any client that connected).
 VERIFIED_WAIT_S = 60.0

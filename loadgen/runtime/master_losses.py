@@ -15,18 +15,18 @@ import gevent
 from locust.runners import STATE_MISSING, STATE_RUNNING
 
 from loadgen.config import Plan
-from loadgen.runtime.accounting import Share
+from loadgen.runtime.accounting import Share, handover_s
 from loadgen.runtime.base import (
     MSG_ADOPT,
     MSG_DRAIN,
     MSG_PLAN,
-    TAKEOVER_LEAD_S,
 )
 from loadgen.runtime.join_auth import (
     hostname_of,
 )
 
 log = logging.getLogger("loadgen")
+
 
 
 class WorkerLosses:
@@ -103,7 +103,7 @@ class WorkerLosses:
             return False
         slot, old = free[0]
         now_s = time.time() - self.t0_unix_s
-        start_s = max(0.0, now_s + TAKEOVER_LEAD_S)
+        start_s = handover_s(now_s)
         for sh in self.shares.get(old, []):
             sh.until_s = min(sh.until_s, start_s)
         # The newcomer sends the lost worker's whole holding from then on: its slot, and any
@@ -115,7 +115,7 @@ class WorkerLosses:
                     MSG_ADOPT, {"run_id": self.config.run_id, "slot": sh.slot, "splits": sh.splits, "from_s": sh.from_s},
                     client_id,
                 )  # fmt: skip
-        self.lost[old].update(replaced_by=client_id, replaced_at_s=round(now_s, 3), arrivals_from_s=round(start_s, 3))
+        self.lost[old].update(replaced_by=client_id, replaced_at_s=round(now_s, 3), arrivals_from_s=start_s)
         self.slots[client_id] = slot
         plan = Plan(self.config, self.n_slots, slot, self.t0_unix_s).to_wire()
         plan["skip_before_s"] = start_s
@@ -229,7 +229,7 @@ class WorkerLosses:
         survivors = sorted(self._expected_finals())
         if not survivors:
             return
-        from_s = max(0.0, time.time() - self.t0_unix_s + TAKEOVER_LEAD_S)
+        from_s = handover_s(time.time() - self.t0_unix_s)
         held = self.shares.get(wid, [])
         for sh in held:
             sh.until_s = min(sh.until_s, from_s)
@@ -244,7 +244,7 @@ class WorkerLosses:
                     {"run_id": cfg.run_id, "slot": adopted.slot, "splits": adopted.splits, "from_s": adopted.from_s},
                     survivor,
                 )
-        self.lost[wid].update(replanned_onto=survivors, arrivals_from_s=round(from_s, 3))
+        self.lost[wid].update(replanned_onto=survivors, arrivals_from_s=from_s)
         log.warning("worker %s's arrivals from %.1fs re-planned onto %s", wid, from_s, ", ".join(survivors))
         self._write_lost()
 
