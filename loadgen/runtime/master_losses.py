@@ -28,7 +28,6 @@ from loadgen.runtime.join_auth import (
 log = logging.getLogger("loadgen")
 
 
-
 class WorkerLosses:
     """Part of ``MasterRuntime`` (its state: ``slots``, ``lost``, ``standby``, ``shares``,
     ``worker_state``): losses, returns, takeovers and re-plans."""
