@@ -13,6 +13,8 @@ from typing import Any
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "trace")
 # "auto": the workload's own timestamps when it has them (traces), else Poisson.
 ARRIVAL_CHOICES = ("auto", *ARRIVAL_KINDS)
+# --connections: what a session's connection does when the session ends (loadgen.engine.connection_pool).
+CONNECTION_MODES = ("pooled", "per-session")
 
 
 @dataclass
@@ -49,6 +51,9 @@ class RunConfig:
     first_byte_timeout_s: float | None = None  # request sent -> response headers; None: off
     idle_timeout_s: float | None = None  # longest silence inside a response body; None: off
     retry_after_cap_s: float = 0.0  # wait out a 429's Retry-After up to this, then retry; 0: off
+    # What a session's connection does when the session ends: pooled (the next session takes it)
+    # or per-session (closed): loadgen.engine.connection_pool.
+    connections: str = "pooled"
     ca_cert: str | None = None  # PEM file trusted for https targets (content in ca_cert_pem)
     insecure_tls: bool = False  # https without certificate checks (recorded as a warning)
     target_kind: str = "openai"

@@ -273,6 +273,24 @@ class SessionConnection:
             pending=resp.pending(HEAD_KEPT),
         )
 
+    def is_idle_open(self) -> bool:
+        """Whether the connection is open with no request under way (its last reply read whole):
+        it can carry another session's requests (``loadgen.engine.connection_pool``)."""
+        return self._sock is not None and self._phase == "idle"
+
+    def server_closed(self) -> bool:
+        """Whether the open, idle connection can no longer carry a request: an idle connection has
+        nothing to read, so readable means the server closed it (EOF) or sent something
+        unsolicited. True when no connection is open."""
+        sock = self._sock
+        if sock is None:
+            return True
+        try:
+            readable, _, _ = _select_now([sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable) and not (self._tls and _only_tls_records(sock))
+
     def close(self) -> None:
         """Close the connection (the next request opens a new one)."""
         sock, self._sock = self._sock, None
@@ -588,16 +606,9 @@ class SessionConnection:
 
     def _ensure_connected(self) -> bool:
         """Connect unless a healthy idle connection is kept; True when a new one was opened."""
-        sock = self._sock
-        if sock is not None:
-            try:
-                readable, _, _ = _select_now([sock], [], [], 0)
-            except (OSError, ValueError):
-                readable = [sock]
-            if not readable or (self._tls and _only_tls_records(sock)):
+        if self._sock is not None:
+            if not self.server_closed():
                 return False
-            # An idle connection has nothing to read: readable means the server closed it (EOF)
-            # or sent something unsolicited. Either way it cannot carry the next request.
             self.close()
         sock = _connect(self._host, self._port, self._connect_timeout_s)
         try:

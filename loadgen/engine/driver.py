@@ -12,6 +12,7 @@ the same way as arrivals.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -27,7 +28,8 @@ from analysis.records import RequestRecord
 from loadgen.config import Plan, RunConfig
 from loadgen.engine.arrival_offsets import cut_at_duration, generated_offsets, trace_offsets
 from loadgen.engine.arrival_share import share_indices
-from loadgen.engine.session import InFlight, SessionContext, run_session, sleep_until_ns
+from loadgen.engine.connection_pool import ConnectionPool
+from loadgen.engine.session import InFlight, SessionContext, new_connection, run_session, sleep_until_ns
 from loadgen.errors import UserError
 from targets.registry import get_adapter
 from workloads.errors import WorkloadError
@@ -247,6 +249,7 @@ class Driver:
             connection_options=options,
             tokenizer=getattr(workload, "tokenizer", None),
         )
+        self.ctx.connections = ConnectionPool(functools.partial(new_connection, self.ctx), cfg.connections)
         self.t0_ns = 0
         if schedule is None and not cfg.concurrency:
             schedule = global_schedule(cfg, workload, count=False)
@@ -279,6 +282,7 @@ class Driver:
         except Exception:
             log.exception("driver failed")
         finally:
+            self.ctx.connections.close()
             self.done.set()
 
     def adopt(self, slot: int, splits: list[list[int]], from_s: float) -> bool:
@@ -310,6 +314,7 @@ class Driver:
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
         self._pool.kill(block=True, timeout=5)
+        self.ctx.connections.close()
         self.done.set()
 
     @property

@@ -27,6 +27,7 @@ import gevent
 from analysis.records import CUT_AT_STOP, STATUS_ERROR, STATUS_OK, RequestRecord
 from loadgen.engine.client import SessionConnection, StreamResult, check_reply
 from loadgen.engine.client import output_tokens as count_output_tokens
+from loadgen.engine.connection_pool import ConnectionPool
 from loadgen.engine.conversation import Conversation, tool_definitions
 from targets.adapters.base import Adapter, ChatRequest
 from workloads.dag import SessionPlan, Step, plan_session
@@ -57,6 +58,9 @@ class SessionContext:
     # The workload's tokenizer (workloads.text): counts each request's prompt contents, and the
     # output of a reply without usage when it is an exact one (--tokenizer).
     tokenizer: Any = None
+    # Where sessions take their connections and leave them (--connections); None: each session
+    # opens and closes its own.
+    connections: ConnectionPool | None = None
 
 
 class InFlight:
@@ -142,8 +146,12 @@ def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
             prev_end_ns = max(r.t_end_ns or time.perf_counter_ns() for r in results)
     finally:
         ctx.in_flight.sessions.discard(session.session_id)
+        pool = ctx.connections
         for conn in conns:
-            conn.close()
+            if pool is None:
+                conn.close()
+            else:
+                pool.give(conn)
 
 
 def _run_branch(
@@ -173,6 +181,13 @@ def _run_branch(
 
 
 def _connection(ctx: SessionContext) -> SessionConnection:
+    if ctx.connections is not None:
+        return ctx.connections.take()
+    return new_connection(ctx)
+
+
+def new_connection(ctx: SessionContext) -> SessionConnection:
+    """A new, unconnected connection to the run's target with the run's options."""
     return SessionConnection(
         ctx.base_url,
         connect_timeout_s=ctx.connect_timeout_s,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.units import parse_duration_s, parse_rate_per_s
-from loadgen.config import ARRIVAL_CHOICES
+from loadgen.config import ARRIVAL_CHOICES, CONNECTION_MODES
 from loadgen.engine.worker_clock import (
     ALLOW_CLOCK_OFFSET_HELP,
     MAX_CLOCK_OFFSET_DEFAULT,
@@ -272,6 +272,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     _opt("--request-timeout", DURATION, "300s", "Wall-clock deadline per request.", unit="s", field="request_timeout_s"),
     _opt("--first-byte-timeout", DURATION, "0s", "Deadline from request sent to response headers (0s = off).", unit="s", field="first_byte_timeout_s"),
     _opt("--idle-timeout", DURATION, "0s", "Longest silence between chunks of a response (0s = off).", unit="s", field="idle_timeout_s"),
+    _opt("--connections", CHOICE, "pooled", "pooled: a finished session's kept-alive connection carries the next session; per-session: each session connects and closes its own.", choices=CONNECTION_MODES, field="connections"),
     _opt("--retry-after-cap", DURATION, "0s", "Wait out a 429's Retry-After up to this, then resend (0s = off: a 429 fails).", unit="s", field="retry_after_cap_s"),
     _opt("--ca-cert", FILE, None, "PEM certificates to trust for an https:// target.", field="ca_cert"),
     _opt("--insecure", FLAG, False, "https:// without certificate checks (recorded in run.json as a warning).", field="insecure_tls"),

@@ -259,6 +259,7 @@ class SimServer:
         self.counters.requests_received += 1
         rid = request.headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex
         rec = TruthRecord(rid, self.server_id, endpoint, False, t_received, self.time_scale)
+        rec.client_port = _client_port(request)
         try:
             raw = await request.read()
             try:
@@ -677,3 +678,10 @@ async def serve(config: SimConfig, host: str, port: int, stop: asyncio.Event, on
     finally:
         stopper.cancel()
         await server.stop()
+
+
+def _client_port(request: web.Request) -> int | None:
+    """The client's port of the connection that carried ``request`` (truth's ``client_port``)."""
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    return peer[1] if isinstance(peer, tuple) and len(peer) >= 2 else None

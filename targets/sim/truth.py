@@ -74,6 +74,9 @@ class TruthRecord:
     # The tool the reply called (profile tool_calls): its answer tokens were the call's arguments;
     # None for a text reply.
     tool_call: str | None = None
+    # The client's port of the connection that carried the request: requests with one port (and
+    # one client host) came over one connection. None when the transport did not say.
+    client_port: int | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(self, default=_default)

@@ -51,6 +51,15 @@ def test_client_ttft_and_itl_match_the_sims_truth_with_100_concurrent_streams(tm
         peak = max(peak, level)
     assert peak >= 100, peak
 
+    # --connections pooled (the default): each session held one connection for all its turns,
+    # and a finished session's connection carried later ones, so the server saw fewer
+    # connections than sessions, and no more than were ever open at once.
+    ports: dict[str, set[int]] = {}
+    for rec in recs:
+        ports.setdefault(rec.session_id, set()).add(t[rec.request_id]["client_port"])
+    assert all(len(p) == 1 for p in ports.values()), ports
+    assert len(set().union(*ports.values())) <= peak < len(ports), (len(ports), peak)
+
     ttft_err_ms, itl_err_ms = [], []
     # Record times are µs since the run start on the worker's perf_counter; the sim's are that
     # same clock's ns. One offset per worker maps one onto the other: the median of (sim write of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from .runs import loadgen, percentile, records, run_dir, sim
+from .runs import loadgen, percentile, records, run_dir, sim, truth
 
 pytestmark = pytest.mark.slow
 
@@ -17,11 +17,13 @@ def test_session_arrival_rate_holds_when_sessions_outlast_the_gaps_by_far(tmp_pa
     results = tmp_path / "results"
     # The H200 profile 20x slower: a 16-token reply takes ~0.75 s, a session of 2-3 turns ~1.5-2.5
     # s, i.e. 30-50x the 0.05 s between arrivals. A closed-loop generator would fall behind here.
-    with sim(tmp_path, "--profile", "h200-llama3-8b-fp8", "--time-scale", "20", "--seed", "4") as (proc, _):
+    # Each session connects and closes its own connection (--connections per-session), the
+    # heavier way for the generator: the rate holds all the same.
+    with sim(tmp_path, "--profile", "h200-llama3-8b-fp8", "--time-scale", "20", "--seed", "4") as (proc, truth_log):
         r = loadgen(
             "run", "--target", proc.url, "--workload", "tiny", "--arrival", "constant",
             "--rate", str(RATE_PER_S), "--duration", f"{DURATION_S:g}s", "--seed", "4",
-            "--results", str(results), "--stop-timeout", "30s",
+            "--results", str(results), "--stop-timeout", "30s", "--connections", "per-session",
             timeout_s=DURATION_S + 120,
         )  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
@@ -45,3 +47,11 @@ def test_session_arrival_rate_holds_when_sessions_outlast_the_gaps_by_far(tmp_pa
     summary = orjson.loads((d / "summary.json").read_bytes())
     assert summary["mode"] == "open-loop"
     assert not summary["generator"]["saturated"]
+
+    # What the server saw: one connection per session, none carried two sessions.
+    t = truth(truth_log)
+    ports: dict[str, set[int]] = {}
+    for rec in recs:
+        ports.setdefault(rec.session_id, set()).add(t[rec.request_id]["client_port"])
+    assert all(len(p) == 1 for p in ports.values()), ports
+    assert len(set().union(*ports.values())) == len(ports)
