@@ -12,6 +12,7 @@ Every error is a one-line :class:`WorkloadError` naming the session and the step
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,6 +75,22 @@ def plan_turns(turns: Sequence[Turn], *, where: str) -> SessionPlan:
     """Resolve defaults, then check ids, references, acyclicity and the chain-with-fan-outs shape."""
     if not turns:
         raise WorkloadError(f"{where}: no turns; a session needs at least one step")
+    if all(not t.step_id and not t.kind and t.parent_ids is None and t.tool_call is None for t in turns):
+        # A plain chain, as every synthetic session is: its plan depends on its length alone, and
+        # a worker starting hundreds of sessions a second need not build it each time.
+        return _chain_plan(len(turns))
+    return _plan_checked(turns, where=where)
+
+
+@functools.lru_cache(maxsize=256)
+def _chain_plan(n_turns: int) -> SessionPlan:
+    """The plan of ``n_turns`` plain turns (no ids, kinds, parents or tool calls given): shared
+    by every such session, so nothing may change it (``SessionPlan`` is frozen; its
+    ``calls_by_parent`` is read only)."""
+    return _plan_checked([Turn(content="", max_tokens=1) for _ in range(n_turns)], where="a plain chain")
+
+
+def _plan_checked(turns: Sequence[Turn], *, where: str) -> SessionPlan:
     ids, kinds = _ids_and_kinds(turns, where=where)
     parents = _parents(turns, ids, kinds, where=where)
     _check_order(ids, parents, where=where)

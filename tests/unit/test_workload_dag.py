@@ -242,3 +242,23 @@ def test_a_joins_context_parent_is_the_fan_outs_parent_also_when_its_parents_end
     assert context_parent(shape, index["j"]) == index["a"]
     assert context_parent(shape, index["c3"]) == index["c2"]  # a branch step extends the one before it
     assert context_parent(shape, index["d"]) == index["a"]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 40])
+def test_a_plain_chains_shared_plan_is_the_one_the_checks_build(n):
+    from workloads.dag import _plan_checked
+
+    turns = [Turn(content=f"m{i}", max_tokens=8, think_time_s=0.5 * i) for i in range(n)]
+    shared = plan_turns(turns, where="session s")
+    assert shared == _plan_checked(turns, where="session s")
+    assert shared is plan_turns(turns, where="session other")  # built once per length
+    assert [s.step_id for s in shared.steps] == [f"t{i}" for i in range(n)]
+    assert [s.depth for s in shared.steps] == list(range(n))
+    assert shared.calls_by_parent == {} and not shared.is_dag()
+
+
+def test_a_chain_with_any_dag_field_given_is_checked_not_shared():
+    named = [Turn(content="a", max_tokens=8, step_id="root"), Turn(content="b", max_tokens=8)]
+    assert plan_turns(named, where="s").steps[0].step_id == "root"
+    with pytest.raises(WorkloadError, match="tool_call"):
+        plan_turns([Turn(content="a", max_tokens=8, tool_call="grep")], where="s")
