@@ -30,6 +30,7 @@ Not a test: figures, for docs/performance.md. Examples:
     .venv/bin/python bench/generator_capacity.py                      # 10, 100, 500, 1000 streams; 10 ms and back to back
     .venv/bin/python bench/generator_capacity.py -c 500 --pace 10ms   # one point
     .venv/bin/python bench/generator_capacity.py -c 1000 --pace b2b --workers 2 --no-pin
+    .venv/bin/python bench/generator_capacity.py -c 500 --pace 10ms --connections per-session --connections pooled
 
 bench/generator_capacity_sim.py keeps the older points against the simulated engine.
 """
@@ -163,8 +164,8 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 def run_point(tmp: Path, streams: int, interval_ms: float, tokens: int, duration_s: float, warmup_s: float,
-              workers: int, pin: bool) -> dict:  # fmt: skip
-    name = f"{streams}-{interval_ms:g}-{workers}"
+              workers: int, pin: bool, connections: str = "pooled") -> dict:  # fmt: skip
+    name = f"{streams}-{interval_ms:g}-{workers}-{connections}"
     truth_log, results = tmp / f"truth-{name}.jsonl", tmp / f"results-{name}"
     spec = tmp / f"spec-{tokens}.yaml"
     spec.write_text(SPEC.format(tokens=tokens))
@@ -183,7 +184,7 @@ def run_point(tmp: Path, streams: int, interval_ms: float, tokens: int, duration
         cmd = [
             sys.executable, "-m", "loadgen", "run", "--target", url, "--workload", str(spec), *load,
             "--duration", f"{duration_s:g}s", "--workers", str(workers),
-            "--results", str(results), "--request-timeout", "120s",
+            "--results", str(results), "--request-timeout", "120s", "--connections", connections,
         ]  # fmt: skip
         client = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -297,6 +298,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=100, help="tokens per request (paced)")
     ap.add_argument("--b2b-tokens", type=int, default=256, help="tokens per request (back to back)")
     ap.add_argument("--workers", type=int, default=1, help="loadgen worker processes")
+    ap.add_argument("--connections", action="append", choices=("pooled", "per-session"),
+                    help="loadgen run's --connections; repeatable: each point runs in each mode, one after the "
+                         "other (default pooled)")  # fmt: skip
     ap.add_argument("--no-pin", action="store_true", help="don't pin server and client to separate cores")
     ap.add_argument("--json", action="store_true", help="also print each point as a JSON line")
     ap.add_argument("--floor", action="store_true",
@@ -306,25 +310,26 @@ def main() -> None:
     args = ap.parse_args()
     streams = args.streams or [10, 100, 500, 1000]
     paces = [_pace(p) for p in (args.pace or ["10ms", "b2b"])]
+    modes = args.connections or ["pooled"]
     print(f"loadgen run x {args.workers} worker(s) vs bench/sse_server.py; {args.duration:g} s points, "
           f"{args.warmup:g} s warm-up; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
-    print(f"{'streams':>7} {'pace':>6} {'held':>6} {'chunks/s':>9} {'/client-CPU-s':>13} {'/worker-CPU-s':>13} "
+    print(f"{'streams':>7} {'pace':>6} {'connections':>11} {'held':>6} {'chunks/s':>9} {'/client-CPU-s':>13} {'/worker-CPU-s':>13} "
           f"{'client':>7} {'worker':>7} {'ITL err p50/p99 ms':>19} {'TTFT err p50/p99 ms':>20} {'err':>4} "
           f"{'master ms/1k req':>16} {'loop lag/recv delay p99 ms':>26} {'coalesced':>9} "
           f"{'wakes/s':>8} {'us/wake':>8} {'flagged':>7}" + (f" {'floor /CPU-s':>12} {'worker/floor':>12}" if args.floor else ""))  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="loadgen-bench-") as d:
         for interval_ms in paces:
-            for c in streams:
+            for c, mode in ((c, m) for c in streams for m in modes):
                 tokens = args.tokens if interval_ms else args.b2b_tokens
                 # Open-loop streams ramp up over one reply's length: the window starts after it.
                 warmup = max(args.warmup, tokens * interval_ms / 1000.0)
                 duration = max(args.duration, warmup + 3.0)
-                r = run_point(Path(d), c, interval_ms, tokens, duration, warmup, args.workers, not args.no_pin)
+                r = run_point(Path(d), c, interval_ms, tokens, duration, warmup, args.workers, not args.no_pin, mode)
                 if args.floor:
                     r["floor_chunks_per_cpu_s"] = floor_point(c, interval_ms)
                 pace = f"{interval_ms:g}ms" if interval_ms else "b2b"
                 print(
-                    f"{c:>7} {pace:>6} {r['held']:>6.0f} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>13,.0f} "
+                    f"{c:>7} {pace:>6} {mode:>11} {r['held']:>6.0f} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>13,.0f} "
                     f"{r['chunks_per_worker_cpu_s']:>13,.0f} {r['client_cores']:>6.0%} {r['worker_share']:>6.0%} "
                     f"{r['itl_p50_ms']:>9.3f}/{r['itl_p99_ms']:<9.3f} {r['ttft_p50_ms']:>9.3f}/{r['ttft_p99_ms']:<9.3f} "
                     f"{r['errors']:>4} {r['master_cpu_ms_per_1k_requests']:>16,.0f} "
@@ -336,7 +341,7 @@ def main() -> None:
                     flush=True,
                 )  # fmt: skip
                 if args.json:
-                    print(orjson.dumps({"pace_ms": interval_ms, "workers": args.workers, **r}).decode(), flush=True)
+                    print(orjson.dumps({"pace_ms": interval_ms, "workers": args.workers, "connections": mode, **r}).decode(), flush=True)
 
 
 if __name__ == "__main__":

@@ -286,10 +286,10 @@ class SessionConnection:
         if sock is None:
             return True
         try:
-            readable, _, _ = _select_now([sock], [], [], 0)
+            readable = _readable_now(sock.fileno())
         except (OSError, ValueError):
             return True
-        return bool(readable) and not (self._tls and _only_tls_records(sock))
+        return readable and not (self._tls and _only_tls_records(sock))
 
     def close(self) -> None:
         """Close the connection (the next request opens a new one)."""
@@ -733,9 +733,19 @@ def _only_tls_records(sock: ssl.SSLSocket) -> bool:
     return False  # EOF (b""), or a byte of a reply nobody asked for
 
 
-# The system's select, not gevent's: with a zero timeout gevent's also yields to the hub, a switch
-# and a loop iteration per request for a question the kernel answers at once.
-_select_now = monkey.get_original("select", "select")
+# The system's poll, not gevent's: with a zero timeout gevent's also yields to the hub, a switch
+# and a loop iteration per request for a question the kernel answers at once. Not select: it
+# cannot take a descriptor past 1,023, and a worker holding a thousand connections has them, so
+# every kept connection past it read as closed and was opened again.
+_poll = monkey.get_original("select", "poll")
+_POLL_READABLE = 0x001 | 0x002 | 0x008 | 0x010  # POLLIN, POLLPRI, POLLERR, POLLHUP
+
+
+def _readable_now(fd: int) -> bool:
+    """Whether ``fd`` has something to read (data, EOF, an error) right now, without waiting."""
+    p = _poll()
+    p.register(fd, 0x001 | 0x002)
+    return any(ev & _POLL_READABLE for _, ev in p.poll(0))
 
 
 @functools.lru_cache(maxsize=64)

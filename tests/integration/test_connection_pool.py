@@ -118,3 +118,31 @@ def test_an_unknown_mode_is_refused():
 
     with pytest.raises(ValueError, match="pooled, per-session"):
         ConnectionPool(lambda: None, "shared")
+
+
+def test_a_kept_connection_on_a_descriptor_past_1023_is_still_reused(servers):
+    # select() cannot take a descriptor past 1,023: a worker holding a thousand connections has
+    # them, and each of its kept connections read as closed and was opened again.
+    import os
+    import resource
+
+    from loadgen.engine.client import SessionConnection
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1300
+    if soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            pytest.skip(f"the descriptor limit ({hard}) is under {want}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with SessionConnection(f"{servers.http}/ok") as conn:
+            results = [run(servers.http, "ok", chat(2, tokens=2, delay_ms=1), conn=conn) for _ in range(3)]
+            assert conn._sock.fileno() > 1023
+            assert all(r.ok for r in results), [r.error_message for r in results]
+            assert conn.connections_opened == 1
+            assert [r.reused_connection for r in results] == [False, True, True]
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
