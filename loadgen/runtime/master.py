@@ -129,6 +129,8 @@ class MasterRuntime(JoinsAndClocks, WorkerLosses, Collector):
         runner.register_message(MSG_FILE_PULL, self._on_file_pull)
         if self._headless():
             self._await_workers()  # after the listeners: proving the join secret takes messages
+        elif getattr(self.env, "web_ui", None) is not None:
+            self._install_start_gate(self.env.web_ui)
 
     # ---------------------------------------------------------------- the run, as a master runs it
     def _begin(self, environment: Any) -> None:

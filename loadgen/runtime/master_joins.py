@@ -41,6 +41,15 @@ from loadgen.runtime.verdict import EXIT_USAGE
 log = logging.getLogger("loadgen")
 
 
+def no_worker_message(waited_s: float) -> str:
+    """The web form's answer to a start when no worker has joined."""
+    return (
+        f"no worker has joined this master yet (waited {waited_s:g} s), so nothing started: start the "
+        "workers (loadgen worker --master-host HOST), check that they reach this master's port, "
+        "then start the run again"
+    )
+
+
 class JoinsAndClocks:
     """Part of ``MasterRuntime`` (its state: ``join_secret``, ``verified``, ``_clock``, ``_ready``,
     ``slots``, ``standby``): joins and clocks, apart from the run's own course."""
@@ -53,6 +62,33 @@ class JoinsAndClocks:
         first look saves most of that second on every run.
         """
         self._await_verified(SPAWN_WAIT_S)
+
+    def _install_start_gate(self, web_ui: Any) -> None:
+        """The web form's start waits for the workers, as a headless start does.
+
+        A start (``POST /swarm``) that came before any worker joined made Locust's master log a
+        warning and start nothing, while the form's answer said it started: a user who clicked
+        as soon as the page loaded (or a script that posted the form) waited for a run that never
+        came. Now the start waits up to ``SPAWN_WAIT_S`` for --expect-workers workers and goes on
+        with those that joined; with none, its answer says so and nothing starts.
+        """
+        from flask import jsonify
+
+        app = web_ui.app
+        names = [r.endpoint for r in app.url_map.iter_rules() if r.rule.endswith("/swarm") and "POST" in r.methods]
+        if not names:
+            return
+        name = names[0]
+        start = app.view_functions[name]
+
+        def start_when_workers_joined(*args: Any, **kwargs: Any) -> Any:
+            self._await_verified(SPAWN_WAIT_S)
+            if not self._accepted_workers():
+                return jsonify({"success": False, "message": no_worker_message(SPAWN_WAIT_S)})
+            return start(*args, **kwargs)
+
+        # Behind the login, when there is one: a visitor who has not logged in learns nothing.
+        app.view_functions[name] = web_ui.auth_required_if_enabled(start_when_workers_joined)
 
     def _await_verified(self, wait_s: float) -> None:
         """Wait up to ``wait_s`` for --expect-workers connected workers this master accepts."""

@@ -102,3 +102,57 @@ def test_autostart_without_web_is_a_usage_error(flags) -> None:
     assert out.stderr.strip().splitlines()[-1] == (
         "Error: --autostart starts a --web run at once; without --web a run always starts at once"
     )
+
+
+def test_a_start_before_any_worker_joined_waits_for_one_or_says_none_came(tmp_path) -> None:
+    # Locust's master, asked to start with no worker joined, logs a warning and starts nothing
+    # while the form's answer says it started: a run that never comes.
+    import threading
+
+    results = tmp_path / "results"
+    port, master_port = free_port(), free_port()
+    base = f"http://127.0.0.1:{port}"
+    err_path = tmp_path / "stderr.txt"
+    worker = None
+    with sim(tmp_path, "--profile", "tiny", "--seed", "2") as (server, truth_log), err_path.open("w") as err:
+        proc = subprocess.Popen(
+            [*LOADGEN, "master", "--web-port", str(port), "--master-port", str(master_port),
+             "--expect-workers", "1", "--target", server.url, "--workload", "tiny", "--results", str(results),
+             "--max-schedule-lag", "60s"],
+            stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+        try:
+            _wait(lambda: requests.get(f"{base}/stats/requests", timeout=5).ok, 60, "the UI", proc, err_path)
+            form = {"user_count": "1", "spawn_rate": "1", "host": server.url, "workload": "tiny", "rate": "20",
+                    "num_sessions": "4", "run_id": "alone", "max_schedule_lag": "60s"}  # fmt: skip
+            t = time.monotonic()
+            answer = requests.post(f"{base}/swarm", data=form, timeout=30).json()
+            assert answer["success"] is False and "no worker has joined" in answer["message"], answer
+            assert time.monotonic() - t >= 4.5  # it waited for one first
+            assert not any(rid.startswith("alone-") for rid in truth(truth_log))
+
+            # A start that comes first and a worker that joins a moment later: the run happens.
+            got: dict = {}
+            form = {**form, "run_id": "joined"}
+            poster = threading.Thread(
+                target=lambda: got.update(requests.post(f"{base}/swarm", data=form, timeout=30).json())
+            )
+            poster.start()
+            time.sleep(0.5)
+            worker = subprocess.Popen(
+                [*LOADGEN, "worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            poster.join(timeout=40)
+            assert got.get("success") is True, got
+            live = _wait(lambda: requests.get(f"{base}/loadgen/live.json", timeout=5).json()["final"], 60,
+                         "the run's verdict", proc, err_path)  # fmt: skip
+            assert live["exit_code"] == 0 and live["report"] == "/loadgen/report/joined", live
+            served = [rid for rid in truth(truth_log) if rid.startswith("joined-")]
+            assert len(records(results / "joined")) == len(served) >= 4
+        finally:
+            for p in (worker, proc):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait(timeout=10)
+    assert "Traceback" not in err_path.read_text()
