@@ -10,7 +10,15 @@ no HTTP parser, no records, no sessions. Two floors, measured one after the othe
   client that looks inside each chunk pays;
 * ``one reader``, ``one reader + json``: the same two, but one greenlet reads every socket the
   kernel says is readable (one epoll set, as ``loadgen/engine/stream_reader.py`` does) instead of a
-  greenlet per stream waking for each chunk.
+  greenlet per stream waking for each chunk;
+* ``sessions + one reader + json``: the shape of a loadgen worker with nothing in it: requests
+  arrive open loop at the rate that keeps the streams in flight (closed loop, back to back), each
+  in a greenlet of its own spawned at its time, on a kept connection from a pool; it sends, waits
+  in its greenlet for the head, hands the body to the one reader and waits for its end; a tuple is
+  its record. No HTTP parser, no prompt, no histogram, no deadline. Against ``one reader + json``
+  (the same chunks without the per-request shape), it is the least a request costs in a greenlet
+  per session: ``bench/generator_capacity.py``'s figure can come no nearer the read floor than
+  this.
 
 Chunks per CPU-second of this process (``time.process_time`` over the window; the server is pinned
 to core 0 and this process to core 1 when there are two or more). Put next to
@@ -20,6 +28,7 @@ token, records); docs/performance.md has both.
 
     .venv/bin/python bench/gevent_floor.py                # 500 streams, tokens 10 ms apart
     .venv/bin/python bench/gevent_floor.py -c 100 -c 500 --pace 10
+    .venv/bin/python bench/gevent_floor.py -c 500 --mode "one reader + json" --mode "sessions + one reader + json"
 
 Prints figures; it is not a test. Everything binds 127.0.0.1 and is stopped at the end.
 """
@@ -40,13 +49,14 @@ from pathlib import Path  # noqa: E402
 
 import gevent  # noqa: E402
 import orjson  # noqa: E402
+from gevent.event import Event  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENS = 100
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _ANC = socket.CMSG_SPACE(16)
 _END = b"0\r\n\r\n"
-MODES = ("read", "read + json", "one reader", "one reader + json")
+MODES = ("read", "read + json", "one reader", "one reader + json", "sessions + one reader + json")
 
 
 def _request(port: int) -> bytes:
@@ -127,9 +137,118 @@ class OneReader(Floor):
             epoll.close()
 
 
-def measure(port: int, streams: int, mode: str, warmup_s: float, window_s: float) -> dict:
+class Sessions(Floor):
+    """A greenlet per request, one reader for the bodies, kept connections (see the docstring)."""
+
+    def __init__(self, port: int, parse: bool, pace_ms: float) -> None:
+        super().__init__(port, parse)
+        self.pace_ms = pace_ms
+        self.records: list[tuple[int, int, int]] = []
+        self._idle: list[socket.socket] = []
+        self._following: dict[int, list] = {}  # fd -> [sock, tail, done event]
+        self._epoll = monkey.get_original("select", "epoll")()
+        self._reader: gevent.Greenlet | None = None
+        self._req = _request(port)
+
+    def run(self, streams: int) -> None:
+        from gevent.pool import Pool
+
+        pool = Pool()
+        try:
+            if not self.pace_ms:
+                for _ in range(streams):
+                    pool.spawn(self._agent)
+                pool.join()
+                return
+            gap_ns = int(TOKENS * self.pace_ms * 1e6 / streams)  # the rate that keeps `streams` in flight
+            t_ns = time.perf_counter_ns()
+            while True:
+                t_ns += gap_ns
+                while (left := t_ns - time.perf_counter_ns()) > 0:
+                    gevent.sleep(left / 1e9)
+                pool.spawn(self._request_once, t_ns)
+        finally:
+            pool.kill(block=True, timeout=5)
+            if self._reader is not None:
+                self._reader.kill(block=True, timeout=5)
+            for sock in self._idle:
+                sock.close()
+            self._epoll.close()
+
+    def _agent(self) -> None:
+        while True:
+            self._request_once(time.perf_counter_ns())
+
+    def _request_once(self, t_sched_ns: int) -> None:
+        sock = self._idle.pop() if self._idle else self._connect()
+        t_send_ns = time.perf_counter_ns()
+        sock.sendall(self._req)
+        head = b""
+        while (end := head.find(b"\r\n\r\n")) < 0:
+            data = sock.recv(65536)
+            if not data:
+                sock.close()
+                return
+            head += data
+        status = int(head[9:12])
+        body = head[end + 4 :]
+        fd = sock.fileno()
+        entry = self._following[fd] = [sock, b"", Event()]
+        if body:
+            self._take(fd, entry, body)
+        if not entry[2].is_set():
+            self._epoll.register(fd, 1)
+            if self._reader is None:
+                self._reader = gevent.spawn(self._read_bodies)
+            entry[2].wait()
+        self.records.append((t_sched_ns, t_send_ns, status))
+        self._idle.append(sock)
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        return sock
+
+    def _take(self, fd: int, entry: list, data: bytes) -> None:
+        if self.parse:
+            for line in data.split(b"\n"):
+                if line.startswith(b"data: {"):
+                    orjson.loads(line[6:])
+        self.chunks += data.count(b"data: ")
+        entry[1] = (entry[1] + data)[-len(_END) :]
+        if entry[1] == _END:
+            del self._following[fd]
+            entry[2].set()
+
+    def _read_bodies(self) -> None:
+        watcher = gevent.get_hub().loop.io(self._epoll.fileno(), 1)
+        try:
+            while self._following:
+                events = self._epoll.poll(0)
+                if not events:
+                    gevent.get_hub().wait(watcher)
+                    continue
+                for fd, _mask in events:
+                    entry = self._following.get(fd)
+                    if entry is None:
+                        continue
+                    try:
+                        data, _anc, _flags, _addr = entry[0]._sock.recvmsg(65536, _ANC)
+                    except BlockingIOError:
+                        continue
+                    self._take(fd, entry, data)
+                    if fd not in self._following:
+                        self._epoll.unregister(fd)
+        finally:
+            self._reader = None
+
+
+def measure(port: int, streams: int, mode: str, warmup_s: float, window_s: float, pace_ms: float = 10.0) -> dict:
     parse = mode.endswith("json")
-    if mode.startswith("one reader"):
+    if mode.startswith("sessions"):
+        floor = Sessions(port, parse, pace_ms)
+        greenlets = [gevent.spawn(floor.run, streams)]
+    elif mode.startswith("one reader"):
         floor = OneReader(port, parse)
         greenlets = [gevent.spawn(floor.run, streams)]
     else:
@@ -138,13 +257,15 @@ def measure(port: int, streams: int, mode: str, warmup_s: float, window_s: float
     try:
         gevent.sleep(warmup_s)
         c0, t0, w0 = floor.chunks, time.process_time(), time.monotonic()
+        n0 = len(getattr(floor, "records", ()))
         gevent.sleep(window_s)
         c1, t1, w1 = floor.chunks, time.process_time(), time.monotonic()
+        n1 = len(getattr(floor, "records", ()))
     finally:
         gevent.killall(greenlets, block=True, timeout=5)
     cpu = t1 - t0
     return {"chunks_per_s": (c1 - c0) / (w1 - w0), "chunks_per_cpu_s": (c1 - c0) / cpu if cpu else 0.0,
-            "cpu_share": cpu / (w1 - w0)}  # fmt: skip
+            "cpu_share": cpu / (w1 - w0), "requests_per_s": (n1 - n0) / (w1 - w0)}  # fmt: skip
 
 
 def main() -> None:
@@ -153,7 +274,7 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=10.0, help="ms between tokens (0: back to back)")
     ap.add_argument("-d", "--duration", type=float, default=4.0, help="measurement window per point, s")
     ap.add_argument("-w", "--warmup", type=float, default=2.0, help="before each window, s")
-    ap.add_argument("--mode", action="append", choices=MODES, help="only this floor (repeatable; default all four)")
+    ap.add_argument("--mode", action="append", choices=MODES, help="only this floor (repeatable; default all five)")
     ap.add_argument("--json", action="store_true", help="also print each point as a JSON line")
     args = ap.parse_args()
     pin = (os.cpu_count() or 1) > 1
@@ -170,13 +291,14 @@ def main() -> None:
         load = os.getloadavg()[0]
         print(f"bare gevent client vs bench/sse_server.py, tokens {args.pace:g} ms apart, {TOKENS} per request; "
               f"{args.duration:g} s windows; load average {load:.1f} on {os.cpu_count()} cores")  # fmt: skip
-        print(f"{'streams':>7}  {'floor':<17} {'chunks/s':>9} {'/CPU-s':>9} {'us/chunk':>8} {'CPU':>5}")
+        print(f"{'streams':>7}  {'floor':<28} {'chunks/s':>9} {'/CPU-s':>9} {'us/chunk':>8} {'CPU':>5} {'requests/s':>10}")
         for streams in args.streams or [500]:
             for name in args.mode or MODES:
-                r = measure(port, streams, name, args.warmup, args.duration)
+                r = measure(port, streams, name, args.warmup, args.duration, args.pace)
                 per = 1e6 / r["chunks_per_cpu_s"] if r["chunks_per_cpu_s"] else float("nan")
-                print(f"{streams:>7}  {name:<17} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>9,.0f} "
-                      f"{per:>8.1f} {r['cpu_share']:>5.0%}", flush=True)  # fmt: skip
+                reqs = f"{r['requests_per_s']:>10,.0f}" if name.startswith("sessions") else f"{'':>10}"
+                print(f"{streams:>7}  {name:<28} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>9,.0f} "
+                      f"{per:>8.1f} {r['cpu_share']:>5.0%} {reqs}", flush=True)  # fmt: skip
                 if args.json:
                     print(orjson.dumps({"streams": streams, "pace_ms": args.pace, "mode": name, **r}).decode(), flush=True)
     finally:
