@@ -738,11 +738,13 @@ def _only_tls_records(sock: ssl.SSLSocket) -> bool:
 # cannot take a descriptor past 1,023, and a worker holding a thousand connections has them, so
 # every kept connection past it read as closed and was opened again.
 _poll = monkey.get_original("select", "poll")
-_POLL_READABLE = 0x001 | 0x002 | 0x008 | 0x010  # POLLIN, POLLPRI, POLLERR, POLLHUP
+# POLLIN, POLLPRI, POLLERR, POLLHUP, POLLNVAL (a descriptor no longer open: no connection either)
+_POLL_READABLE = 0x001 | 0x002 | 0x008 | 0x010 | 0x020
 
 
 def _readable_now(fd: int) -> bool:
-    """Whether ``fd`` has something to read (data, EOF, an error) right now, without waiting."""
+    """Whether ``fd`` has something to read (data, EOF, an error) right now, without waiting, or
+    is no longer open."""
     p = _poll()
     p.register(fd, 0x001 | 0x002)
     return any(ev & _POLL_READABLE for _, ev in p.poll(0))

@@ -48,7 +48,7 @@ class ConnectionPool:
         self._make = make
         self.mode = mode
         self._idle: deque[SessionConnection] = deque()
-        self.handed_on = 0  # connections a session got from another one (run.json's count)
+        self.handed_on = 0  # sessions that got a connection another session left
 
     def take(self) -> SessionConnection:
         """A connection for a new session: the last one returned, else a new one."""
