@@ -193,6 +193,15 @@ async def serve_request(name: str, arg: str, rid: str, n: int, writer: asyncio.S
         body = ok_response(n)[: -len(b"0\r\n\r\n")]
         await _write(writer, body + b"0\r\nX-Checksum: 1234\r\nX-Done: yes\r\n\r\n")
         return True
+    if name == "tail":
+        # A whole reply, then, after its end marker and before the body's end, a comment line
+        # of ``arg`` bytes: past a client's line limit, the drain fails, not the reply.
+        # The line's start and its end go apart, so the client holds a part of it.
+        await _write(writer, SSE_HEAD + b"\r\n" + b"".join(_chunk(e) for e in ok_events(n)))
+        await _write(writer, _chunk(b": " + b"x" * int(arg or 100)))
+        await asyncio.sleep(0.05)
+        await _write(writer, _chunk(b"\n") + b"0\r\n\r\n")
+        return True
     if name == "http10":
         head = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
         await _write(writer, head + b"".join(ok_events(n)))

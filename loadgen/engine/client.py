@@ -649,7 +649,9 @@ class SessionConnection:
                 raise
             self.close()
             return False
-        except (OSError, HTTPParseError):
+        except (OSError, HTTPParseError, BadChunk):
+            # The reply stands; what came after its end (a broken body, a line past the limit,
+            # a bad encoding) makes the connection one not to send on again.
             self.close()
             return False
         finally:

@@ -200,3 +200,21 @@ def test_http10_close_delimited_body_is_complete_and_not_reused(hostile):
         second, _ = send(hostile, "http10", conn=conn)
     assert first.ok and first.text == " t0 t1 t2 t3" and second.ok
     assert not second.reused_connection and conn.connections_opened == 2
+
+
+@pytest.mark.parametrize("reader", ["compiled", "python"])
+def test_a_bad_line_after_the_end_marker_keeps_the_reply_and_drops_the_connection(hostile, reader, monkeypatch):
+    # The drain after [DONE] let a line past the limit escape as an exception: the session's
+    # greenlet died with a traceback, and the request the server answered had no record.
+    from loadgen.engine import http_reply
+    from loadgen.engine.client import SessionConnection
+
+    if reader == "compiled" and http_reply.READER != "compiled":
+        pytest.skip("the compiled reader is not built")
+    monkeypatch.setattr(http_reply, "READER", reader)
+    with SessionConnection(f"{hostile}/tail-200", max_line_bytes=64) as conn:
+        res, _ = send(hostile, "tail-200", conn=conn)
+        assert res.ok and len(res.chunk_ns) == 4, res.error_message
+        assert not conn.is_idle_open()  # what came after the reply is not trusted: not kept
+        again, _ = send(hostile, "ok", conn=conn)
+        assert again.ok and not again.reused_connection
