@@ -451,6 +451,11 @@ def _energy_items(sa: dict[str, Any], sb: dict[str, Any]) -> list[tuple[str, flo
     return [(name, ea.get(key), eb.get(key)) for name, key in ENERGY_FIGURES]
 
 
+def _connections(res: RunResults) -> str:
+    """A run's ``--connections``: runs from before the option connected once per session."""
+    return str((res.info.get("config") or {}).get("connections") or "per-session")
+
+
 def _warnings(a: RunResults, b: RunResults, summaries, differences: list[str]) -> list[str]:
     out = []
     if differences:
@@ -470,6 +475,13 @@ def _warnings(a: RunResults, b: RunResults, summaries, differences: list[str]) -
         b.info.get("duration_s"),
     ):
         out.append("the runs' warm-up or duration differ")
+    ca, cb = _connections(a), _connections(b)
+    if ca != cb:
+        out.append(
+            f"the runs' connections differ (A {ca}, B {cb}): a session that connects and closes its own "
+            "costs the server a connect and a close that a pooled one does not; that difference is the "
+            "client's, not the target's"
+        )
     ids_a = [t.get("identity") for t in sa["targets"]]
     if ids_a == [t.get("identity") for t in sb["targets"]] and any(ids_a):
         out.append("A and B report the same target identity: is this an A/A (noise) check?")

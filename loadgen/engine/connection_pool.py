@@ -12,14 +12,16 @@ ends is the run's ``--connections``:
 - ``per-session``: it is closed, and the next session connects anew: a target's connection
   handling (its accept queue, a balancer that balances connections) is then part of the load.
 
-Either way a session opens its connection ahead of its first turn (``SessionConnection.preconnect``),
-so no connect is ever in a turn's TTFT. A kept connection is handed on only when its last reply
-ended cleanly and allowed keep-alive (else ``SessionConnection`` closed it already); one the
-server closed while it waited is found so at the next session's preconnect and replaced.
+Either way no connect is ever in a turn's TTFT: in open loop a session opens its connection, or
+checks the one it took, ahead of its first turn (``SessionConnection.preconnect``); elsewhere
+(closed loop, a fan-out's children) that check is the request's own. A kept connection is handed
+on only when its last reply ended cleanly and allowed keep-alive (else ``SessionConnection`` closed
+it already); one the server closed while it waited is found so then and replaced.
 
 The most recently returned connection goes out first (it is the least likely to have met the
-server's keep-alive timeout); each return also looks at the one that waited longest and closes it
-if the server closed its end, so a lull leaves no pile of half-closed sockets behind.
+server's keep-alive timeout). Each return also looks at the one that waited longest and closes it
+if the server closed its end, so half-closed sockets are cleared as sessions keep ending; however
+few end, no more connections wait than the worker ever had sessions at once.
 """
 
 from __future__ import annotations

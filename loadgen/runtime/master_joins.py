@@ -82,9 +82,11 @@ class JoinsAndClocks:
         start = app.view_functions[name]
 
         def start_when_workers_joined(*args: Any, **kwargs: Any) -> Any:
+            t = time.monotonic()
             self._await_verified(SPAWN_WAIT_S)
             if not self._accepted_workers():
-                return jsonify({"success": False, "message": no_worker_message(SPAWN_WAIT_S)})
+                message = no_worker_message(round(time.monotonic() - t, 1))
+                return jsonify({"success": False, "message": message, "host": self.env.host})
             return start(*args, **kwargs)
 
         # Behind the login, when there is one: a visitor who has not logged in learns nothing.

@@ -53,12 +53,23 @@ def test_client_ttft_and_itl_match_the_sims_truth_with_100_concurrent_streams(tm
 
     # --connections pooled (the default): each session held one connection for all its turns,
     # and a finished session's connection carried later ones, so the server saw fewer
-    # connections than sessions, and no more than were ever open at once.
+    # connections than sessions, and no more than sessions were ever alive at once. A session
+    # holds its connection from its start, up to 20 ms (its lead) before its first turn, to its
+    # last reply's end, also while it thinks (when the server sees nothing of it).
     ports: dict[str, set[int]] = {}
+    spans: dict[str, tuple[int, int]] = {}
     for rec in recs:
         ports.setdefault(rec.session_id, set()).add(t[rec.request_id]["client_port"])
+        a, b = spans.get(rec.session_id, (rec.t_sched_us, rec.t_end_us))
+        spans[rec.session_id] = (min(a, rec.t_sched_us), max(b, rec.t_end_us))
+    alive = sorted([(a - 30_000, 1) for a, _ in spans.values()] + [(b + 5_000, -1) for _, b in spans.values()])
+    level = alive_peak = 0
+    for _, d in alive:
+        level += d
+        alive_peak = max(alive_peak, level)
     assert all(len(p) == 1 for p in ports.values()), ports
-    assert len(set().union(*ports.values())) <= peak < len(ports), (len(ports), peak)
+    connections = len(set().union(*ports.values()))
+    assert connections <= alive_peak and connections < len(ports), (connections, alive_peak, len(ports))
 
     ttft_err_ms, itl_err_ms = [], []
     # Record times are µs since the run start on the worker's perf_counter; the sim's are that

@@ -152,3 +152,15 @@ def test_verdicts_at_another_statistic(tmp_path, run_a):
         compare_runs(run_a, run_b, headline_stat="p42")
     with pytest.raises(ValueError, match="min_effect must be >= 0"):
         compare_runs(run_a, run_b, min_effect=-0.1)
+
+
+def test_runs_that_held_their_connections_differently_are_named(tmp_path, run_a):
+    # A baseline from before --connections (no key: a connect per session) against a pooled run:
+    # the saved connects would otherwise pass for the target's doing.
+    pooled = write_run(tmp_path / "b", _records(noise_seed=1), run_id="b", duration_s=20, targets=_targets("new"),
+                       config={"connections": "pooled"})  # fmt: skip
+    cmp = compare_runs(run_a, pooled, n_boot=N_BOOT)
+    assert any(w.startswith("the runs' connections differ (A per-session, B pooled)") for w in cmp["warnings"])
+    same = write_run(tmp_path / "c", _records(noise_seed=2), run_id="c", duration_s=20, targets=_targets("new"),
+                     config={"connections": "per-session"})  # fmt: skip
+    assert not any("connections differ" in w for w in compare_runs(run_a, same, n_boot=N_BOOT)["warnings"])
