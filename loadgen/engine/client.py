@@ -233,6 +233,9 @@ class SessionConnection:
         self._reader: StreamReader | None = None
         self._phase = "idle"
         self.connections_opened = 0
+        # Where a worker counts the connects of all its sessions' connections (a one-item list
+        # shared by them: loadgen.engine.connection_pool); None: only this connection's count.
+        self.connect_count: list[int] | None = None
         self.current: StreamResult | None = None  # the request under way, or the last one
         # The reply under way, or the last one (what came of it: ``seen()``).
         self.last_response: StampedResponse | None = None
@@ -629,6 +632,8 @@ class SessionConnection:
         if self._kernel_ts and stream_reader.AVAILABLE and self._idle_timeout_s is None:
             self._reader = stream_reader.stream_reader()
         self.connections_opened += 1
+        if self.connect_count is not None:
+            self.connect_count[0] += 1
         return True
 
     def _release(self, resp: StampedResponse) -> None:

@@ -51,13 +51,25 @@ class ConnectionPool:
         self.mode = mode
         self._idle: deque[SessionConnection] = deque()
         self.handed_on = 0  # sessions that got a connection another session left
+        self._connects = [0]  # TCP connects of every connection this pool made (each adds its own)
+
+    @property
+    def opened(self) -> int:
+        """TCP connections opened by this worker's sessions (one replaced counts again)."""
+        return self._connects[0]
+
+    def counts(self) -> dict[str, int]:
+        """What a worker reports of its connections (run.json's ``connections``)."""
+        return {"opened": self._connects[0], "handed_on": self.handed_on}
 
     def take(self) -> SessionConnection:
         """A connection for a new session: the last one returned, else a new one."""
         if self._idle:
             self.handed_on += 1
             return self._idle.pop()
-        return self._make()
+        conn = self._make()
+        conn.connect_count = self._connects
+        return conn
 
     def give(self, conn: SessionConnection) -> None:
         """A session is done with ``conn``: keep it for the next one when it is open and idle."""
@@ -75,5 +87,7 @@ class ConnectionPool:
         while idle:
             idle.pop().close()
 
-    def __len__(self) -> int:
+    @property
+    def waiting(self) -> int:
+        """Connections waiting for a session now (not ``__len__``: an empty pool is still one)."""
         return len(self._idle)

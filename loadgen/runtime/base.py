@@ -222,6 +222,8 @@ class RuntimeBase:
             "wall_s": round(time.monotonic() - self._wall_at_plan, 4),
             "health": (self.health.state(max_age_s=0.0 if final else SHIP_INTERVAL_S) if self.health else {}),
             "reader": http_reply.READER,  # which body reader streams its replies (run.json ``reader``)
+            # Connections opened and sessions that took a kept one (run.json ``connections``).
+            "connections": d.ctx.connections.counts() if d and d.ctx.connections is not None else {},
         }
 
     def _worker_payload(self, final: bool = False) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from loadgen.runtime.accounting import Accounting, Share
 from loadgen.runtime.base import RuntimeBase, off_the_loop, tell_user
 from loadgen.runtime.locust_options import check_session_count, config_from_options
 from loadgen.runtime.results_writer import ResultsWriter
-from loadgen.runtime.run_record import generator_cpu, reader_used, run_info
+from loadgen.runtime.run_record import connections_used, generator_cpu, reader_used, run_info
 from loadgen.runtime.run_workload import config_workload
 from loadgen.runtime.stop_request import take_sigterm
 from loadgen.runtime.verdict import EXIT_INCOMPLETE, EXIT_USAGE, Verdict, decide_verdict
@@ -367,6 +367,7 @@ class Collector(RuntimeBase):
             generator=self._generator_cpu(),
             accounting=accounting,
             **reader_used(self._worker_states()),
+            **connections_used(self.config.connections, self._worker_states()),
         )
         if self.progress is not None:
             self.progress.finish()

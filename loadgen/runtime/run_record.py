@@ -111,6 +111,19 @@ def generator_cpu(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"workers": workers, "max_cpu_share": max(shares) if shares else None}
 
 
+def connections_used(mode: str, states: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """run.json ``connections``: the run's ``--connections``, and over its workers the TCP
+    connections their sessions opened and the sessions that took one another had left."""
+    counts = [st.get("connections") or {} for st in states.values()]
+    return {
+        "connections": {
+            "mode": mode,
+            "opened": sum(int(c.get("opened", 0)) for c in counts),
+            "handed_on": sum(int(c.get("handed_on", 0)) for c in counts),
+        }
+    }
+
+
 def reader_used(states: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """run.json ``reader``: the body reader every worker streamed replies with ("compiled" or
     "python", each worker's ``http_reply.READER`` in its reported state); "mixed", with

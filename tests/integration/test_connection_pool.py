@@ -50,17 +50,18 @@ def test_pooled_sessions_share_one_kept_connection(servers):
         peers += p
     assert len(made) == 1 and made[0].connections_opened == 1
     assert len(set(peers)) == 1, peers  # the server saw one connection carry all four sessions
-    assert pool.handed_on == 3 and len(pool) == 1
+    assert pool.handed_on == 3 and pool.waiting == 1
+    assert pool.counts() == {"opened": 1, "handed_on": 3}
     assert results[0].reused_connection
     pool.close()
-    assert len(pool) == 0 and not made[0].is_idle_open()
+    assert pool.waiting == 0 and not made[0].is_idle_open()
 
 
 def test_per_session_connects_and_closes_each_session(servers):
     pool, made = _pool(f"{servers.http}/ok", "per-session")
     peers = [_session(pool, servers, servers.http, "ok")[0][0] for _ in range(3)]
     assert len(made) == 3 and len(set(peers)) == 3
-    assert len(pool) == 0 and pool.handed_on == 0
+    assert pool.waiting == 0 and pool.counts() == {"opened": 3, "handed_on": 0}
     assert not any(c.is_idle_open() for c in made)
 
 
@@ -69,7 +70,7 @@ def test_a_connection_the_server_will_not_keep_is_not_handed_on(servers):
     pool, made = _pool(f"{servers.http}/close")
     for _ in range(2):
         _session(pool, servers, servers.http, "close")
-    assert len(pool) == 0 and len(made) == 2
+    assert pool.waiting == 0 and len(made) == 2
 
 
 def test_a_kept_connection_the_server_closed_while_it_waited_is_replaced(servers):
@@ -79,7 +80,7 @@ def test_a_kept_connection_the_server_closed_while_it_waited_is_replaced(servers
     _session(pool, servers, servers.raw, "raw-idle-close")
     time.sleep(0.3)
     _, results = _session(pool, servers, servers.raw, "raw-idle-close")
-    assert len(made) == 1 and made[0].connections_opened == 2
+    assert len(made) == 1 and made[0].connections_opened == 2 == pool.opened  # the replacement counts
     assert results[0].reused_connection is False
 
 
@@ -95,7 +96,7 @@ def test_the_longest_waiting_connection_is_closed_when_its_server_closed_it(serv
     time.sleep(0.3)  # the server closes both idle connections
     assert a.server_closed()
     pool.give(b)  # looks at the oldest (a): closed by the server, so it is dropped
-    assert len(pool) == 1 and not a.is_idle_open()
+    assert pool.waiting == 1 and not a.is_idle_open()
     assert pool.take() is b
     fresh = SessionConnection(f"{servers.raw}/raw-idle-close")
     assert fresh.server_closed()  # nothing open: nothing to carry a request
@@ -110,7 +111,7 @@ def test_a_connection_killed_mid_request_is_not_handed_on(servers):
     gevent.sleep(0.3)
     g.kill(block=True)
     pool.give(conn)
-    assert len(pool) == 0 and not conn.is_idle_open()
+    assert pool.waiting == 0 and not conn.is_idle_open()
 
 
 def test_an_unknown_mode_is_refused():

@@ -19,6 +19,7 @@ sim's own accept loop for ~15 ms before its handler (and so its truth clock) sta
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 
 from analysis.hlog import clamp_us, new_histogram, read_histograms
@@ -70,6 +71,9 @@ def test_client_ttft_and_itl_match_the_sims_truth_with_100_concurrent_streams(tm
     assert all(len(p) == 1 for p in ports.values()), ports
     connections = len(set().union(*ports.values()))
     assert connections <= alive_peak and connections < len(ports), (connections, alive_peak, len(ports))
+    # run.json counts them as the server saw them: every connect, and every session that took one.
+    counted = orjson.loads((run_dir(results) / "run.json").read_bytes())["connections"]
+    assert counted == {"mode": "pooled", "opened": connections, "handed_on": len(ports) - connections}, counted
 
     ttft_err_ms, itl_err_ms = [], []
     # Record times are µs since the run start on the worker's perf_counter; the sim's are that

@@ -55,3 +55,6 @@ def test_session_arrival_rate_holds_when_sessions_outlast_the_gaps_by_far(tmp_pa
         ports.setdefault(rec.session_id, set()).add(t[rec.request_id]["client_port"])
     assert all(len(p) == 1 for p in ports.values()), ports
     assert len(set().union(*ports.values())) == len(ports)
+    assert orjson.loads((d / "run.json").read_bytes())["connections"] == {
+        "mode": "per-session", "opened": len(ports), "handed_on": 0,
+    }  # fmt: skip
