@@ -55,6 +55,8 @@ from proc_cpu import process_cpu_s
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from loadgen.config import CONNECTION_MODES  # noqa: E402
+
 SPEC = """\
 name: bench-stream
 description: one turn, short prompt, fixed-length reply - chunk-dominated traffic for the benchmark
@@ -298,7 +300,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=100, help="tokens per request (paced)")
     ap.add_argument("--b2b-tokens", type=int, default=256, help="tokens per request (back to back)")
     ap.add_argument("--workers", type=int, default=1, help="loadgen worker processes")
-    ap.add_argument("--connections", action="append", choices=("pooled", "per-session"),
+    ap.add_argument("--connections", action="append", choices=CONNECTION_MODES,
                     help="loadgen run's --connections; repeatable: each point runs in each mode, one after the "
                          "other (default pooled)")  # fmt: skip
     ap.add_argument("--no-pin", action="store_true", help="don't pin server and client to separate cores")

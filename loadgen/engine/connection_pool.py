@@ -35,9 +35,9 @@ from loadgen.config import CONNECTION_MODES
 if TYPE_CHECKING:
     from loadgen.engine.client import SessionConnection
 
-POOLED, PER_SESSION = CONNECTION_MODES
+POOLED = CONNECTION_MODES[0]
 
-__all__ = ["CONNECTION_MODES", "PER_SESSION", "POOLED", "ConnectionPool"]
+__all__ = ["ConnectionPool"]
 
 
 class ConnectionPool:
@@ -53,13 +53,9 @@ class ConnectionPool:
         self.handed_on = 0  # sessions that got a connection another session left
         self._connects = [0]  # TCP connects of every connection this pool made (each adds its own)
 
-    @property
-    def opened(self) -> int:
-        """TCP connections opened by this worker's sessions (one replaced counts again)."""
-        return self._connects[0]
-
     def counts(self) -> dict[str, int]:
-        """What a worker reports of its connections (run.json's ``connections``)."""
+        """What a worker reports of its connections (run.json's ``connections``): TCP connections
+        its sessions opened (one replaced counts again) and sessions that took a kept one."""
         return {"opened": self._connects[0], "handed_on": self.handed_on}
 
     def take(self) -> SessionConnection:

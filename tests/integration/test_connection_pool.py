@@ -80,7 +80,7 @@ def test_a_kept_connection_the_server_closed_while_it_waited_is_replaced(servers
     _session(pool, servers, servers.raw, "raw-idle-close")
     time.sleep(0.3)
     _, results = _session(pool, servers, servers.raw, "raw-idle-close")
-    assert len(made) == 1 and made[0].connections_opened == 2 == pool.opened  # the replacement counts
+    assert len(made) == 1 and made[0].connections_opened == 2 == pool.counts()["opened"]  # the replacement counts
     assert results[0].reused_connection is False
 
 
