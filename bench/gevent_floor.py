@@ -19,6 +19,11 @@ no HTTP parser, no records, no sessions. Two floors, measured one after the othe
   (the same chunks without the per-request shape), it is the least a request costs in a greenlet
   per session: ``bench/generator_capacity.py``'s figure can come no nearer the read floor than
   this.
+* ``requests in one loop + json``: the same requests without a greenlet each: one greenlet sends
+  each request at its time on a kept connection and leaves it; the one reader reads its head and
+  its body and, at its end, makes its record and keeps the connection. What a request costs when
+  its path has no greenlet of its own (the callback shape of engines written around one event
+  loop): against ``sessions + one reader + json``, what a greenlet per session costs.
 
 Chunks per CPU-second of this process (``time.process_time`` over the window; the server is pinned
 to core 0 and this process to core 1 when there are two or more). Put next to
@@ -29,6 +34,7 @@ token, records); docs/performance.md has both.
     .venv/bin/python bench/gevent_floor.py                # 500 streams, tokens 10 ms apart
     .venv/bin/python bench/gevent_floor.py -c 100 -c 500 --pace 10
     .venv/bin/python bench/gevent_floor.py -c 500 --mode "one reader + json" --mode "sessions + one reader + json"
+    .venv/bin/python bench/gevent_floor.py -c 500 --mode "sessions + one reader + json" --mode "requests in one loop + json"
 
 Prints figures; it is not a test. Everything binds 127.0.0.1 and is stopped at the end.
 """
@@ -56,7 +62,10 @@ TOKENS = 100
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _ANC = socket.CMSG_SPACE(16)
 _END = b"0\r\n\r\n"
-MODES = ("read", "read + json", "one reader", "one reader + json", "sessions + one reader + json")
+MODES = (
+    "read", "read + json", "one reader", "one reader + json", "sessions + one reader + json",
+    "requests in one loop + json",
+)  # fmt: skip
 
 
 def _request(port: int) -> bytes:
@@ -243,9 +252,94 @@ class Sessions(Floor):
             self._reader = None
 
 
+class OneLoop(Sessions):
+    """The requests of ``Sessions`` with no greenlet each (see the docstring): sent from the
+    arrivals' greenlet, their heads and bodies read by the one reader, their records made there."""
+
+    def run(self, streams: int) -> None:
+        try:
+            if not self.pace_ms:
+                for _ in range(streams):
+                    self._send(time.perf_counter_ns())
+            else:
+                gap_ns = int(TOKENS * self.pace_ms * 1e6 / streams)
+                t_ns = time.perf_counter_ns()
+                while True:
+                    t_ns += gap_ns
+                    while (left := t_ns - time.perf_counter_ns()) > 0:
+                        gevent.sleep(left / 1e9)
+                    self._send(t_ns)
+            gevent.sleep(1e9)
+        finally:
+            if self._reader is not None:
+                self._reader.kill(block=True, timeout=5)
+            for entry in self._following.values():
+                entry[0].close()
+            for sock in self._idle:
+                sock.close()
+            self._epoll.close()
+
+    def _send(self, t_sched_ns: int) -> None:
+        sock = self._idle.pop() if self._idle else self._connect()
+        t_send_ns = time.perf_counter_ns()
+        sock._sock.sendall(self._req)  # a few hundred bytes: the socket's buffer takes them at once
+        fd = sock.fileno()
+        # [socket, tail, head so far or None once read, status, scheduled, sent]
+        self._following[fd] = [sock, b"", b"", 0, t_sched_ns, t_send_ns]
+        self._epoll.register(fd, 1)
+        if self._reader is None:
+            self._reader = gevent.spawn(self._read_all)
+
+    def _read_all(self) -> None:
+        watcher = gevent.get_hub().loop.io(self._epoll.fileno(), 1)
+        following = self._following
+        try:
+            while True:
+                events = self._epoll.poll(0)
+                if not events:
+                    gevent.get_hub().wait(watcher)
+                    continue
+                for fd, _mask in events:
+                    entry = following.get(fd)
+                    if entry is None:
+                        continue
+                    try:
+                        data, _anc, _flags, _addr = entry[0]._sock.recvmsg(65536, _ANC)
+                    except BlockingIOError:
+                        continue
+                    if entry[2] is not None:
+                        head = entry[2] + data
+                        end = head.find(b"\r\n\r\n")
+                        if end < 0:
+                            entry[2] = head
+                            continue
+                        entry[2], entry[3], data = None, int(head[9:12]), head[end + 4 :]
+                    self._take_body(fd, entry, data)
+        finally:
+            self._reader = None
+
+    def _take_body(self, fd: int, entry: list, data: bytes) -> None:
+        if self.parse:
+            for line in data.split(b"\n"):
+                if line.startswith(b"data: {"):
+                    orjson.loads(line[6:])
+        self.chunks += data.count(b"data: ")
+        entry[1] = (entry[1] + data)[-len(_END) :]
+        if entry[1] == _END:
+            del self._following[fd]
+            self._epoll.unregister(fd)
+            self.records.append((entry[4], entry[5], entry[3]))
+            self._idle.append(entry[0])
+            if not self.pace_ms:
+                self._send(time.perf_counter_ns())
+
+
 def measure(port: int, streams: int, mode: str, warmup_s: float, window_s: float, pace_ms: float = 10.0) -> dict:
     parse = mode.endswith("json")
-    if mode.startswith("sessions"):
+    if mode.startswith("requests in one loop"):
+        floor = OneLoop(port, parse, pace_ms)
+        greenlets = [gevent.spawn(floor.run, streams)]
+    elif mode.startswith("sessions"):
         floor = Sessions(port, parse, pace_ms)
         greenlets = [gevent.spawn(floor.run, streams)]
     elif mode.startswith("one reader"):
@@ -274,7 +368,7 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=10.0, help="ms between tokens (0: back to back)")
     ap.add_argument("-d", "--duration", type=float, default=4.0, help="measurement window per point, s")
     ap.add_argument("-w", "--warmup", type=float, default=2.0, help="before each window, s")
-    ap.add_argument("--mode", action="append", choices=MODES, help="only this floor (repeatable; default all five)")
+    ap.add_argument("--mode", action="append", choices=MODES, help="only this floor (repeatable; default all)")
     ap.add_argument("--json", action="store_true", help="also print each point as a JSON line")
     args = ap.parse_args()
     pin = (os.cpu_count() or 1) > 1
@@ -296,7 +390,7 @@ def main() -> None:
             for name in args.mode or MODES:
                 r = measure(port, streams, name, args.warmup, args.duration, args.pace)
                 per = 1e6 / r["chunks_per_cpu_s"] if r["chunks_per_cpu_s"] else float("nan")
-                reqs = f"{r['requests_per_s']:>10,.0f}" if name.startswith("sessions") else f"{'':>10}"
+                reqs = f"{r['requests_per_s']:>10,.0f}" if name.startswith(("sessions", "requests")) else f"{'':>10}"
                 print(f"{streams:>7}  {name:<28} {r['chunks_per_s']:>9,.0f} {r['chunks_per_cpu_s']:>9,.0f} "
                       f"{per:>8.1f} {r['cpu_share']:>5.0%} {reqs}", flush=True)  # fmt: skip
                 if args.json:

@@ -67,6 +67,24 @@ class ConnectionPool:
         conn.connect_count = self._connects
         return conn
 
+    def take_open(self) -> SessionConnection | None:
+        """A kept connection that is still open, for a session about to start: the last one
+        returned whose server has not closed it (those it finds closed are closed); None when
+        none waits."""
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.server_closed():
+                self.handed_on += 1
+                return conn
+            conn.close()
+        return None
+
+    def untake(self, conn: SessionConnection) -> None:
+        """``conn``, taken with ``take_open`` for a session that did not start, back as it was."""
+        self.handed_on -= 1
+        self.give(conn)
+
     def give(self, conn: SessionConnection) -> None:
         """A session is done with ``conn``: keep it for the next one when it is open and idle."""
         if self.mode != POOLED or not conn.is_idle_open():

@@ -85,8 +85,11 @@ def cold_nonce(run_id: str, session_id: str, turn_index: int) -> str:
     return "n" + format(zlib.crc32(f"{run_id}/{session_id}/{turn_index}".encode()), "07x")[:7]
 
 
-def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
+def run_session(
+    ctx: SessionContext, session: Session, t_sched_ns: int, conn: SessionConnection | None = None
+) -> None:
     """Replay ``session`` with its first step intended at ``t_sched_ns`` (perf_counter_ns).
+    ``conn``: the connection its steps go over, taken for it (else it takes its own).
 
     Stages run in order (workloads.dag): a plain step is intended at the previous stage's end
     plus its ``think_time_s``; a fan-out's children start together, each on its own keep-alive
@@ -95,7 +98,7 @@ def run_session(ctx: SessionContext, session: Session, t_sched_ns: int) -> None:
     plan = plan_session(session)
     conversation = Conversation(session, plan, ctx.tokenizer.count if ctx.tokenizer is not None else None)
     tools = tool_definitions(session) if ctx.adapter.accepts_tools else []
-    conns = [_connection(ctx)]
+    conns = [conn if conn is not None else _connection(ctx)]
     ctx.in_flight.sessions.add(session.session_id)
     prev_end_ns = t_sched_ns
     try:

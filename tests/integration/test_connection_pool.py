@@ -147,3 +147,66 @@ def test_a_kept_connection_on_a_descriptor_past_1023_is_still_reused(servers):
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_session_about_to_start_takes_only_a_connection_still_open(servers):
+    # The driver takes a kept connection for a session it spawns at its time (take_open): one
+    # the server closed while it waited is closed there, not handed to the session.
+    pool, _ = _pool(f"{servers.raw}/raw-idle-close")
+    a, b = pool.take(), pool.take()
+    for conn in (a, b):
+        assert run(servers.raw, "raw-idle-close", chat(2, tokens=2, delay_ms=1), conn=conn).ok
+    pool.give(a)
+    pool.give(b)
+    time.sleep(0.3)  # the server closes both idle connections
+    assert pool.waiting >= 1 and b.is_idle_open()  # closed by the server, not yet seen so here
+    assert pool.take_open() is None
+    assert pool.waiting == 0 and not a.is_idle_open() and not b.is_idle_open()
+    assert pool.counts() == {"opened": 2, "handed_on": 0}
+
+
+def test_a_connection_taken_for_a_session_that_did_not_start_goes_back_uncounted(servers):
+    pool, made = _pool(f"{servers.http}/ok")
+    _session(pool, servers, servers.http, "ok")
+    conn = pool.take_open()
+    assert conn is made[0] and pool.waiting == 0 and pool.handed_on == 1
+    pool.untake(conn)  # the run stopped before the session's time: nobody was handed it
+    assert pool.waiting == 1 and pool.counts() == {"opened": 1, "handed_on": 0}
+    assert pool.take() is conn
+
+
+def test_a_driver_stopped_while_it_holds_a_kept_connection_for_a_session_gives_it_back(servers):
+    # Open loop with a 2 s lead and sessions 0.5 s apart: the driver takes the first connection a
+    # session leaves for the session due ~2 s later, and holds it until that session's time. A
+    # stop in between must put it back uncounted: every session started either opened its
+    # connection or was handed a kept one, never both, never neither.
+    import gevent
+
+    from loadgen.config import Plan, RunConfig
+    from loadgen.engine.driver import Driver
+    from workloads.loader import load_workload
+
+    cfg = RunConfig(
+        run_id="held", workload="tiny", arrival="constant", rate_per_s=2.0, num_sessions=40,
+        target_url=f"{servers.http}/ok",
+    )  # fmt: skip
+    records = []
+    driver = Driver(Plan(cfg, 1, 0, time.time() + 0.2), worker_id="w", workload=load_workload("tiny"),
+                    on_record=records.append, api_key=None)  # fmt: skip
+    driver.session_lead_ns = 2_000_000_000
+    pool = driver.ctx.connections
+    driver.start()
+    held = False
+    for _ in range(150):  # 3 s at most
+        gevent.sleep(0.02)
+        # A kept connection taken before the 8th session (due 3.5 s in) started: the driver
+        # took it for a session not yet due (the sessions it spawned took new ones).
+        if pool.handed_on > 0 and driver.sessions_started < 8:
+            held = True
+            break
+    driver.drain(5.0)
+    counts = pool.counts()
+    assert held, (counts, driver.sessions_started)
+    assert counts["opened"] + counts["handed_on"] == driver.sessions_started, (counts, driver.sessions_started)
+    assert pool.waiting == 0
+    assert all(r.status == "ok" for r in records), [r.error_message for r in records if r.status != "ok"]
