@@ -60,11 +60,24 @@ static void init_string_stop(void) {
     }
 }
 
+/* Whether any of the 8 bytes at p is one a string's scan must look at (string_stop): the quote,
+ * the backslash, a control or a non-ASCII byte. Word-at-a-time: a byte equal to c is a zero byte
+ * of x ^ c, found by the carry of subtracting 1 from each (exact as a yes or no). */
+static inline int any_string_stop8(const char *p) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t quote = x ^ (ones * '"'), backslash = x ^ (ones * '\\');
+    uint64_t hit = ((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | ((x - ones * 0x20) & ~x) | x;
+    return (hit & highs) != 0;
+}
+
 /* A JSON string at p (its opening quote): its end, or NULL for anything not taken here. */
 static const char *scan_string(const char *p, const char *end, int *escaped) {
     p++;
     *escaped = 0;
     while (p < end) {
+        while (end - p >= 8 && !any_string_stop8(p)) p += 8;
         while (p < end && !string_stop[(unsigned char)*p]) p++;
         if (p >= end) break;
         unsigned char c = (unsigned char)*p;
@@ -129,7 +142,39 @@ static const char *scan_number(const char *p, const char *end) {
     return p;
 }
 
-static const char *scan_value(const char *p, const char *end, int depth, JVal *v);
+/* What one scan takes out of the value it validates, so the members a chunk uses are found in the
+ * same pass (find_members and skip_known walk a validated value again). For an object: the
+ * members named keys[] into out[] (J_NONE for those absent), each value scanned with sub[i] when
+ * that is set; bad when a wanted key is repeated or any key has an escape (find_members' -1). For
+ * an array (is_array): its first element into first, scanned with elem, and its elements counted
+ * (up to 2). A value of another kind than the want's leaves it untouched. */
+typedef struct Want Want;
+struct Want {
+    int nkeys;
+    const char *const *keys;
+    const unsigned char *klens;
+    JVal *out;
+    Want *const *sub;
+    int bad;
+    int is_array;
+    Want *elem;
+    JVal first;
+    int count;
+};
+
+static void want_reset(Want *w) {
+    if (w == NULL) return;
+    w->bad = 0;
+    w->count = 0;
+    w->first.kind = J_NONE;
+    for (int i = 0; i < w->nkeys; i++) {
+        w->out[i].kind = J_NONE;
+        if (w->sub != NULL) want_reset(w->sub[i]);
+    }
+    want_reset(w->elem);
+}
+
+static const char *scan_value(const char *p, const char *end, int depth, JVal *v, Want *want);
 
 static const char *scan_literal(const char *p, const char *end, const char *word, int kind, JVal *v) {
     size_t n = strlen(word);
@@ -140,7 +185,7 @@ static const char *scan_literal(const char *p, const char *end, const char *word
     return p + n;
 }
 
-static const char *scan_value(const char *p, const char *end, int depth, JVal *v) {
+static const char *scan_value(const char *p, const char *end, int depth, JVal *v, Want *want) {
     if (depth > MAX_DEPTH) return NULL;
     p = skip_ws(p, end);
     if (p >= end) return NULL;
@@ -159,22 +204,48 @@ static const char *scan_value(const char *p, const char *end, int depth, JVal *v
     if (c == '{' || c == '[') {
         char close = c == '{' ? '}' : ']';
         v->kind = c == '{' ? J_OBJ : J_ARR;
+        Want *members = want != NULL && !want->is_array && c == '{' ? want : NULL;
+        Want *elements = want != NULL && want->is_array && c == '[' ? want : NULL;
         p = skip_ws(p + 1, end);
         if (p < end && *p == close) { v->empty = 1; v->end = p + 1; return p + 1; }
         for (;;) {
             JVal item;
+            int hit = -1;
+            Want *inner = NULL;
             if (c == '{') {
                 p = skip_ws(p, end);
                 if (p >= end || *p != '"') return NULL;
                 int esc;
+                const char *key = p + 1;
                 p = scan_string(p, end, &esc);
                 if (p == NULL) return NULL;
+                if (members != NULL) {
+                    size_t klen = (size_t)((p - 1) - key);
+                    if (esc) members->bad = 1;
+                    else
+                        for (int i = 0; i < members->nkeys; i++)
+                            if (members->klens[i] == klen && members->keys[i][0] == key[0] &&
+                                memcmp(members->keys[i], key, klen) == 0) {
+                                hit = i;
+                                if (members->sub != NULL) inner = members->sub[i];
+                                break;
+                            }
+                }
                 p = skip_ws(p, end);
                 if (p >= end || *p != ':') return NULL;
                 p++;
+            } else if (elements != NULL && elements->count == 0) {
+                inner = elements->elem;
             }
-            p = scan_value(p, end, depth + 1, &item);
+            p = scan_value(p, end, depth + 1, &item, inner);
             if (p == NULL) return NULL;
+            if (hit >= 0) {
+                if (members->out[hit].kind != J_NONE) members->bad = 1;
+                members->out[hit] = item;
+            } else if (elements != NULL) {
+                if (elements->count == 0) elements->first = item;
+                if (elements->count < 2) elements->count++;
+            }
             p = skip_ws(p, end);
             if (p >= end) return NULL;
             if (*p == ',') { p++; continue; }
@@ -442,7 +513,7 @@ static int read_llama(const JVal *top, Chunk *ch) {
 /* What every mode's line is first: blank (LINE_NOTHING), the end marker (LINE_DONE; llama-server
  * sends none), an event's name line (LINE_NOTHING, for the APIs that send one), or "data: " and
  * one JSON object, validated into *top (LINE_CHUNK); anything else is LINE_FALLBACK. */
-static int data_object(const char *line, Py_ssize_t n, int mode, JVal *top) {
+static int data_object(const char *line, Py_ssize_t n, int mode, JVal *top, Want *want) {
     if (n == 0 || (n == 1 && line[0] == '\r')) return LINE_NOTHING;
     if (mode != MODE_LLAMA && n >= 12 && memcmp(line, "data: [DONE]", 12) == 0 && (n == 12 || (n == 13 && line[12] == '\r')))
         return LINE_DONE;
@@ -451,22 +522,42 @@ static int data_object(const char *line, Py_ssize_t n, int mode, JVal *top) {
         return LINE_NOTHING;
     if (n < 7 || memcmp(line, "data: {", 7) != 0) return LINE_FALLBACK;
     const char *end = line + n;
-    const char *p = scan_value(line + 6, end, 0, top);
+    want_reset(want);
+    const char *p = scan_value(line + 6, end, 0, top, want);
     return p == NULL || skip_ws(p, end) != end ? LINE_FALLBACK : LINE_CHUNK;
 }
+
+/* The members of an OpenAI chat or completions chunk read_line looks at, found in the one scan
+ * that validates the line: top-level, the first choice's, its delta's. */
+static const char *const top_keys[] = {"error", "object", "usage", "timings", "choices"};
+static const unsigned char top_klens[] = {5, 6, 5, 7, 7};
+static const char *const c0_keys[] = {"index", "delta", "text"};
+static const unsigned char c0_klens[] = {5, 5, 4};
+static const char *const d_keys[] = {"content", "reasoning_content", "reasoning", "tool_calls"};
+static const unsigned char d_klens[] = {7, 17, 9, 10};
 
 static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasoning, Chunk *ch) {
     memset(ch, 0, sizeof(*ch));
     ch->tokens = 1;
     JVal top;
-    int head = data_object(line, n, mode, &top);
+    if (mode == MODE_LLAMA || mode == MODE_MESSAGES || mode == MODE_RESPONSES) {
+        int head = data_object(line, n, mode, &top, NULL);
+        if (head != LINE_CHUNK) return head;
+        if (mode == MODE_LLAMA) return read_llama(&top, ch);
+        if (mode == MODE_MESSAGES) return read_messages(&top, ch);
+        return read_responses(&top, ch);
+    }
+    if (n < 7 || memcmp(line, "data: {", 7) != 0) return data_object(line, n, mode, &top, NULL);
+    JVal tv[5], cv[3], dv[4];
+    Want delta_w = {.nkeys = 4, .keys = d_keys, .klens = d_klens, .out = dv};
+    Want *c0_sub[3] = {NULL, &delta_w, NULL};
+    Want c0_w = {.nkeys = 3, .keys = c0_keys, .klens = c0_klens, .out = cv, .sub = c0_sub};
+    Want choices_w = {.is_array = 1, .elem = &c0_w};
+    Want *top_sub[5] = {NULL, NULL, NULL, NULL, &choices_w};
+    Want top_w = {.nkeys = 5, .keys = top_keys, .klens = top_klens, .out = tv, .sub = top_sub};
+    int head = data_object(line, n, mode, &top, &top_w);
     if (head != LINE_CHUNK) return head;
-    if (mode == MODE_LLAMA) return read_llama(&top, ch);
-    if (mode == MODE_MESSAGES) return read_messages(&top, ch);
-    if (mode == MODE_RESPONSES) return read_responses(&top, ch);
-    static const char *const top_keys[] = {"error", "object", "usage", "timings", "choices"};
-    JVal tv[5];
-    if (find_members(&top, top_keys, 5, tv) < 0) return LINE_FALLBACK;
+    if (top_w.bad) return LINE_FALLBACK;
     if (tv[0].kind != J_NONE) return LINE_FALLBACK;
     if (tv[1].kind == J_STR && tv[1].end - tv[1].start == 7 && memcmp(tv[1].start, "\"error\"", 7) == 0)
         return LINE_FALLBACK;
@@ -478,14 +569,9 @@ static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasonin
     if (choices->kind != J_ARR) return LINE_FALLBACK;
     if (choices->empty) return LINE_NOTHING;
     /* the first element, and that it is the only one */
-    JVal c0;
-    const char *q = skip_known(skip_ws(choices->start + 1, choices->end), &c0);
-    if (c0.kind != J_OBJ) return LINE_FALLBACK;
-    q = skip_ws(q, choices->end);
-    if (*q != ']') return LINE_FALLBACK;
-    static const char *const c0_keys[] = {"index", "delta", "text"};
-    JVal cv[3];
-    if (find_members(&c0, c0_keys, 3, cv) < 0) return LINE_FALLBACK;
+    if (choices_w.first.kind != J_OBJ) return LINE_FALLBACK;
+    if (choices_w.count != 1) return LINE_FALLBACK;
+    if (c0_w.bad) return LINE_FALLBACK;
     if (cv[0].kind != J_NONE && cv[0].kind != J_NULL && !is_literal_zero(&cv[0])) return LINE_FALLBACK;
     if (mode == MODE_COMPLETIONS) {
         /* choices[0].text: the text and the one token it stands for (_CompletionsStream) */
@@ -502,9 +588,7 @@ static int read_line(const char *line, Py_ssize_t n, int mode, int keep_reasonin
     if (delta->kind == J_NONE || delta->kind == J_NULL) return LINE_NOTHING;
     if (delta->kind != J_OBJ) return LINE_FALLBACK;
     if (delta->empty) return LINE_NOTHING;
-    static const char *const d_keys[] = {"content", "reasoning_content", "reasoning", "tool_calls"};
-    JVal dv[4];
-    if (find_members(delta, d_keys, 4, dv) < 0) return LINE_FALLBACK;
+    if (delta_w.bad) return LINE_FALLBACK;
     for (int i = 0; i < 3; i++)
         if (dv[i].kind != J_NONE && dv[i].kind != J_NULL && dv[i].kind != J_STR) return LINE_FALLBACK;
     if (dv[3].kind != J_NONE && dv[3].kind != J_NULL && dv[3].kind != J_ARR) return LINE_FALLBACK;
@@ -682,6 +766,7 @@ static int add_to_attr(PyObject *obj, PyObject *name, long n) {
 }
 
 static int text_add(ChatTaker *self, const char *p, Py_ssize_t n) {
+    if (n == 0) return 0;  /* nothing to copy, and no buffer yet to copy into (memcpy's NULL is UB) */
     if (self->text_n + n > self->text_cap) {
         Py_ssize_t cap = self->text_cap ? self->text_cap : 1024;
         while (cap < self->text_n + n) cap *= 2;
@@ -877,7 +962,7 @@ static int set_long_attr(PyObject *obj, PyObject *name, long long x) {
  * other shape: LINE_FALLBACK, nothing applied. Returns -2 with an exception set on failure. */
 static int take_sglang(ChatTaker *self, const char *line, Py_ssize_t n, long long t_ns) {
     JVal top;
-    int head = data_object(line, n, MODE_SGLANG, &top);
+    int head = data_object(line, n, MODE_SGLANG, &top, NULL);
     if (head != LINE_CHUNK) return head;
     static const char *const keys[] = {"error", "object", "text", "meta_info"};
     JVal v[4];

@@ -243,6 +243,37 @@ def test_a_typical_stream_is_taken_in_c_and_equals_the_python_path() -> None:
     assert "".join(s.parts) == 'Hello "w"\n' and s.reasoning == 1 and s.done
 
 
+def test_the_fields_are_found_at_their_own_level_and_a_repeat_or_an_escaped_key_goes_to_python() -> None:
+    # One scan validates the line and finds the fields read (top level, the first choice, its
+    # delta): a field of the same name deeper down is not one of them, and a repeated field or a
+    # key with an escape at any of those levels is the Python path's (orjson keeps the last).
+    taken = {
+        b'data: {"x":{"choices":[{"delta":{"content":"no"}}]},"choices":[{"delta":{"content":"a"}}]}': (1, 0, "a"),
+        b'data: {"choices":[{"x":{"delta":{"content":"no"}},"delta":{"content":"b"}}]}': (1, 0, "b"),
+        b'data: {"choices":[{"delta":{"x":{"content":"no"},"content":"c"}}]}': (1, 0, "c"),
+        b'data: {"choices":[{"delta":{"x":{"content":"no"}}}]}': "nothing",
+        b'data: {"choices":[{"logprobs":{"content":[{"token":"x"}]},"delta":{"content":"d"}}],"usage":null}': (1, 0, "d"),
+        b'data: {"choi\\ces":1,"choices":[{"delta":{"content":"e"}}]}': None,  # an escaped key, top level
+        b'data: {"choices":[{"del\\ta":1,"delta":{"content":"f"}}]}': None,  # in the choice
+        b'data: {"choices":[{"delta":{"con\\tent":1,"content":"g"}}]}': None,  # in the delta
+        b'data: {"choices":[{"delta":{"content":"a"},"delta":{"content":"b"}}]}': None,
+        b'data: {"choices":[{"delta":{"content":"a","content":"b"}}]}': None,
+        b'data: {"choices":[{"index":0,"index":0,"delta":{"content":"a"}}]}': None,
+        b'data: {"object":"x","object":"y","choices":[{"delta":{"content":"a"}}]}': None,
+        b'data: {"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}': None,
+        b'data: {"choices":[{"delta":{"content":"a"}},1]}': None,
+        b'data: {"choices":[1,{"delta":{"content":"a"}}]}': None,
+        b'data: {"choices":[[{"delta":{"content":"a"}}]]}': None,
+        b'data: {"choices":{"delta":{"content":"a"}}}': None,
+        b'data: {"choices":[{"delta":[{"content":"a"}]}]}': None,
+    }
+    for line, said in taken.items():
+        assert _chat.read_line(line) == said, line
+    lines = list(taken)
+    _same([lines[i : i + 3] for i in range(0, len(lines), 3)])
+    _same([[x] for x in lines])
+
+
 def test_the_python_path_takes_over_mid_read_and_keeps_the_order_of_the_text() -> None:
     a = b'data: {"choices":[{"delta":{"content":"a"}}]}'
     escaped = b'data: {"choices":[{"delta":{"content":"\\u00e9"}}]}'  # \u: Python's
