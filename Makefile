@@ -49,10 +49,12 @@ bench: setup
 soak: setup
 	$(BIN)/python bench/soak.py
 
-# The compiled body reader fuzzed against the Python one (docs/performance.md, "Fuzzing the reader"):
-# an ASan+UBSan build in build/fuzz, atheris from the [fuzz] extra; stops at the first difference.
+# The compiled chat path's differential tests against ASan+UBSan builds, then the compiled body
+# reader fuzzed against the Python one (docs/performance.md, "Fuzzing the reader"): an ASan+UBSan
+# build in build/fuzz, atheris from the [fuzz] extra; stops at the first difference.
 FUZZ_SECONDS ?= 300
 fuzz: setup
+	PY=$(BIN)/python bash tests/fuzz/sanitized_tests.sh
 	FUZZ_SECONDS=$(FUZZ_SECONDS) PY=$(BIN)/python bash tests/fuzz/run_fuzz.sh
 
 clean:
