@@ -270,6 +270,9 @@ def measure(truth_log: Path, run_dir: Path, cpu: TreeCpu, streams: int, warmup_s
         "recv_delay_p99_ms": (health.get("recv_delay_ms") or {}).get("p99"),
         # Token chunks that came out of one read with the stream's previous one (their gap lost).
         "coalesced_share": (health.get("coalescing") or {}).get("share"),
+        # The worker's collections by the clock (loadgen/engine/worker_gc.py): their time in all,
+        # per second of arrivals (the whole run's, not only the window's).
+        "gc_ms_per_s": ((health.get("gc") or {}).get("pause_total_ms") or 0.0) / duration_s,
     }  # fmt: skip
 
 
@@ -318,7 +321,7 @@ def main() -> None:
     print(f"{'streams':>7} {'pace':>6} {'connections':>11} {'held':>6} {'chunks/s':>9} {'/client-CPU-s':>13} {'/worker-CPU-s':>13} "
           f"{'client':>7} {'worker':>7} {'ITL err p50/p99 ms':>19} {'TTFT err p50/p99 ms':>20} {'err':>4} "
           f"{'master ms/1k req':>16} {'loop lag/recv delay p99 ms':>26} {'coalesced':>9} "
-          f"{'wakes/s':>8} {'us/wake':>8} {'flagged':>7}" + (f" {'floor /CPU-s':>12} {'worker/floor':>12}" if args.floor else ""))  # fmt: skip
+          f"{'wakes/s':>8} {'us/wake':>8} {'gc ms/s':>7} {'flagged':>7}" + (f" {'floor /CPU-s':>12} {'worker/floor':>12}" if args.floor else ""))  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="loadgen-bench-") as d:
         for interval_ms in paces:
             for c, mode in ((c, m) for c in streams for m in modes):
@@ -337,7 +340,8 @@ def main() -> None:
                     f"{r['errors']:>4} {r['master_cpu_ms_per_1k_requests']:>16,.0f} "
                     f"{r['loop_lag_p99_ms'] or float('nan'):>12.2f}/{r['recv_delay_p99_ms'] or float('nan'):<13.2f} "
                     f"{r['coalesced_share'] if r['coalesced_share'] is not None else float('nan'):>9.2%} "
-                    f"{r['worker_wakes_per_s']:>8,.0f} {r['worker_cpu_us_per_wake']:>8,.0f} {'yes' if r['saturated'] else 'no':>7}"
+                    f"{r['worker_wakes_per_s']:>8,.0f} {r['worker_cpu_us_per_wake']:>8,.0f} {r['gc_ms_per_s']:>7.1f} "
+                    f"{'yes' if r['saturated'] else 'no':>7}"
                     + (f" {r['floor_chunks_per_cpu_s']:>12,.0f} "
                        f"{r['chunks_per_worker_cpu_s'] / r['floor_chunks_per_cpu_s']:>12.2f}" if args.floor else ""),
                     flush=True,

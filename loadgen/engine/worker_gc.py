@@ -44,6 +44,7 @@ class ClockCollector:
         self._young = 0
         self.collections = [0, 0, 0]  # by generation, while active
         self.pause_ns_max = 0
+        self.pause_ns_total = 0  # the collections' time in all: their share of the worker's CPU
 
     def start(self) -> None:
         """Freeze the heap as it is and take over from the automatic collector (whose quieter
@@ -64,11 +65,12 @@ class ClockCollector:
     def figures(self) -> dict[str, Any]:
         """What run.json's ``generator.gc`` says of this worker: how its collections ran ("clock":
         this schedule; "automatic": CPython's, before load), how many of each generation under it,
-        and the longest."""
+        the longest and their time in all."""
         return {
             "by": "clock" if self.active else "automatic",
             "collections": list(self.collections),
             "pause_max_ms": round(self.pause_ns_max / 1e6, 3),
+            "pause_total_ms": round(self.pause_ns_total / 1e6, 3),
         }
 
     def at_idle(self) -> None:
@@ -95,18 +97,20 @@ class ClockCollector:
         self._last_ns = now = _perf_ns()
         self.collections[generation] += 1
         self.pause_ns_max = max(self.pause_ns_max, now - t)
+        self.pause_ns_total += now - t
 
 
 COLLECTOR = ClockCollector()
 
 
 def merge_gc(workers: list[dict[str, Any]]) -> dict[str, Any]:
-    """The workers' figures as one: collections summed, the longest pause, "clock" when every
-    worker collected by the clock."""
+    """The workers' figures as one: collections and their time summed, the longest pause, "clock"
+    when every worker collected by the clock."""
     return {
         "by": "clock" if all(w.get("by") == "clock" for w in workers) else "automatic",
         "collections": [sum((w.get("collections") or [0, 0, 0])[g] for w in workers) for g in range(3)],
         "pause_max_ms": max(float(w.get("pause_max_ms") or 0.0) for w in workers),
+        "pause_total_ms": round(sum(float(w.get("pause_total_ms") or 0.0) for w in workers), 3),
     }
 
 __all__ = [

@@ -72,5 +72,6 @@ def test_a_burning_worker_flags_saturation_and_exits_4_while_a_free_one_passes(t
     assert gen["recv_delay_ms"]["count"] > 10 and gen["recv_delay_ms"]["p99"] < 300.0
     # The worker collected its garbage by the clock, between reads (loadgen/engine/worker_gc.py).
     assert gen["gc"]["by"] == "clock" and gen["gc"]["collections"][0] > 0, gen["gc"]
+    assert gen["gc"]["pause_total_ms"] >= gen["gc"]["pause_max_ms"] > 0, gen["gc"]
     summary = orjson.loads((d / "summary.json").read_bytes())["generator"]
     assert not summary["saturated"] and summary["saturated_by"] == []

@@ -38,6 +38,7 @@ def test_it_takes_over_collects_by_the_clock_and_gives_back() -> None:
         assert c.collections[2] == 1
         f = c.figures()
         assert f["by"] == "clock" and f["collections"] == c.collections and f["pause_max_ms"] > 0
+        assert f["pause_total_ms"] >= f["pause_max_ms"] * 1.5  # 21 collections, the longest one of them
         c.stop()
         assert gc.isenabled() and c.figures()["by"] == "automatic"
         c.at_idle()  # no longer active: nothing
@@ -61,7 +62,8 @@ def test_the_health_loop_collects_when_the_reader_does_not() -> None:
 
 
 def test_the_workers_figures_merge_into_the_runs() -> None:
-    a = {"by": "clock", "collections": [10, 1, 0], "pause_max_ms": 0.4}
-    b = {"by": "clock", "collections": [7, 0, 1], "pause_max_ms": 2.5}
-    assert merge_gc([a, b]) == {"by": "clock", "collections": [17, 1, 1], "pause_max_ms": 2.5}
+    a = {"by": "clock", "collections": [10, 1, 0], "pause_max_ms": 0.4, "pause_total_ms": 1.5}
+    b = {"by": "clock", "collections": [7, 0, 1], "pause_max_ms": 2.5, "pause_total_ms": 4.25}
+    assert merge_gc([a, b]) == {"by": "clock", "collections": [17, 1, 1], "pause_max_ms": 2.5, "pause_total_ms": 5.75}
+    assert merge_gc([a, {"by": "clock", "collections": [1, 0, 0], "pause_max_ms": 0.1}])["pause_total_ms"] == 1.5
     assert merge_gc([a, {**b, "by": "automatic"}])["by"] == "automatic"
