@@ -218,14 +218,18 @@ class Sessions(Floor):
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         return sock
 
-    def _take(self, fd: int, entry: list, data: bytes) -> None:
+    def _body_ended(self, entry: list, data: bytes) -> bool:
+        """A read of a body: its chunks parsed and counted; whether the body ended with it."""
         if self.parse:
             for line in data.split(b"\n"):
                 if line.startswith(b"data: {"):
                     orjson.loads(line[6:])
         self.chunks += data.count(b"data: ")
         entry[1] = (entry[1] + data)[-len(_END) :]
-        if entry[1] == _END:
+        return entry[1] == _END
+
+    def _take(self, fd: int, entry: list, data: bytes) -> None:
+        if self._body_ended(entry, data):
             del self._following[fd]
             entry[2].set()
 
@@ -286,48 +290,25 @@ class OneLoop(Sessions):
         fd = sock.fileno()
         # [socket, tail, head so far or None once read, status, scheduled, sent]
         self._following[fd] = [sock, b"", b"", 0, t_sched_ns, t_send_ns]
-        self._epoll.register(fd, 1)
-        if self._reader is None:
-            self._reader = gevent.spawn(self._read_all)
-
-    def _read_all(self) -> None:
-        watcher = gevent.get_hub().loop.io(self._epoll.fileno(), 1)
-        following = self._following
         try:
-            while True:
-                events = self._epoll.poll(0)
-                if not events:
-                    gevent.get_hub().wait(watcher)
-                    continue
-                for fd, _mask in events:
-                    entry = following.get(fd)
-                    if entry is None:
-                        continue
-                    try:
-                        data, _anc, _flags, _addr = entry[0]._sock.recvmsg(65536, _ANC)
-                    except BlockingIOError:
-                        continue
-                    if entry[2] is not None:
-                        head = entry[2] + data
-                        end = head.find(b"\r\n\r\n")
-                        if end < 0:
-                            entry[2] = head
-                            continue
-                        entry[2], entry[3], data = None, int(head[9:12]), head[end + 4 :]
-                    self._take_body(fd, entry, data)
-        finally:
-            self._reader = None
+            self._epoll.register(fd, 1)
+        except FileExistsError:  # back to back: sent again from _take, before the reader let go
+            self._epoll.modify(fd, 1)
+        if self._reader is None:
+            self._reader = gevent.spawn(self._read_bodies)
 
-    def _take_body(self, fd: int, entry: list, data: bytes) -> None:
-        if self.parse:
-            for line in data.split(b"\n"):
-                if line.startswith(b"data: {"):
-                    orjson.loads(line[6:])
-        self.chunks += data.count(b"data: ")
-        entry[1] = (entry[1] + data)[-len(_END) :]
-        if entry[1] == _END:
-            del self._following[fd]
-            self._epoll.unregister(fd)
+    def _take(self, fd: int, entry: list, data: bytes) -> None:
+        """The one reader's hand-off (``Sessions._read_bodies``): the head first, then the body;
+        at its end the record, and the connection kept."""
+        if entry[2] is not None:
+            head = entry[2] + data
+            end = head.find(b"\r\n\r\n")
+            if end < 0:
+                entry[2] = head
+                return
+            entry[2], entry[3], data = None, int(head[9:12]), head[end + 4 :]
+        if self._body_ended(entry, data):
+            del self._following[fd]  # the reader takes it out of the epoll set
             self.records.append((entry[4], entry[5], entry[3]))
             self._idle.append(entry[0])
             if not self.pace_ms:

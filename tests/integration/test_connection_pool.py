@@ -42,6 +42,15 @@ def _session(pool, servers, base: str, scenario: str, turns: int = 1):
     return [servers.log(r.request_id)["peer"] for r in reqs], results
 
 
+def _two_at_once(pool, servers):
+    """Two sessions at once on raw-idle-close (which closes a connection idle for 50 ms), so two
+    connections end up waiting; they are returned to the caller, not yet given back."""
+    a, b = pool.take(), pool.take()
+    for conn in (a, b):
+        assert run(servers.raw, "raw-idle-close", chat(2, tokens=2, delay_ms=1), conn=conn).ok
+    return a, b
+
+
 def test_pooled_sessions_share_one_kept_connection(servers):
     pool, made = _pool(f"{servers.http}/ok")
     peers = []
@@ -88,10 +97,7 @@ def test_the_longest_waiting_connection_is_closed_when_its_server_closed_it(serv
     from loadgen.engine.client import SessionConnection
 
     pool, _ = _pool(f"{servers.raw}/raw-idle-close")
-    # Two sessions at once, so two connections end up waiting.
-    a, b = pool.take(), pool.take()
-    for conn in (a, b):
-        assert run(servers.raw, "raw-idle-close", chat(2, tokens=2, delay_ms=1), conn=conn).ok
+    a, b = _two_at_once(pool, servers)
     pool.give(a)
     time.sleep(0.3)  # the server closes both idle connections
     assert a.server_closed()
@@ -153,9 +159,7 @@ def test_a_session_about_to_start_takes_only_a_connection_still_open(servers):
     # The driver takes a kept connection for a session it spawns at its time (take_open): one
     # the server closed while it waited is closed there, not handed to the session.
     pool, _ = _pool(f"{servers.raw}/raw-idle-close")
-    a, b = pool.take(), pool.take()
-    for conn in (a, b):
-        assert run(servers.raw, "raw-idle-close", chat(2, tokens=2, delay_ms=1), conn=conn).ok
+    a, b = _two_at_once(pool, servers)
     pool.give(a)
     pool.give(b)
     time.sleep(0.3)  # the server closes both idle connections
