@@ -174,6 +174,8 @@ class RequestRecord:
 
 _FIELD_ORDER = tuple(f.name for f in fields(RequestRecord))
 _FIELD_NAMES = frozenset(_FIELD_ORDER)
+# A record's fields in the order of its constructor's arguments (the wire's rows: loadgen.engine.record_rows).
+RECORD_FIELDS: tuple[str, ...] = _FIELD_ORDER
 
 
 def histogram_tag(metric: str, turn_class: str, tenant: str, target: str) -> str:

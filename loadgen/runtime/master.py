@@ -21,7 +21,7 @@ from gevent.event import Event
 from locust.runners import STATE_MISSING, STATE_RUNNING
 
 from loadgen.config import Plan, RunConfig
-from loadgen.engine.recorder import Delta
+from loadgen.engine.recorder import Delta, wire_record_count
 from loadgen.engine.worker_clock import (
     CLOCK_GOOD_ERROR_S,
 )
@@ -80,6 +80,8 @@ class MasterRuntime(JoinsAndClocks, WorkerLosses, Collector):
         self.finals: set[str] = set()
         self.done_workers: set[str] = set()
         self.lost: dict[str, dict[str, Any]] = {}
+        # Reports whose records could not be read, per worker (run.json ``unreadable_reports``).
+        self.unreadable: dict[str, dict[str, Any]] = {}
         self.standby: list[str] = []  # connected during the run without a slot, in join order
         self._all_final = Event()
         self._ready: dict[str, dict[str, Any]] = {}
@@ -246,6 +248,7 @@ class MasterRuntime(JoinsAndClocks, WorkerLosses, Collector):
         self.finals = set()
         self.done_workers = set()
         self.lost = {}
+        self.unreadable = {}
         self.standby = []
         self._ready = {}
         self._plan_sent_at = {}
@@ -324,8 +327,24 @@ class MasterRuntime(JoinsAndClocks, WorkerLosses, Collector):
             return
         if self._out_of_run(client_id) and not self._readmit(client_id, payload):
             return
-        self._merge(Delta.from_wire(payload))
+        try:
+            delta = Delta.from_wire(payload)
+        except ValueError as e:
+            self._unreadable_report(client_id, payload, str(e))
+        else:
+            self._merge(delta)
         self.worker_state[client_id] = payload.get("state", {})
+
+    def _unreadable_report(self, wid: str, payload: dict[str, Any], why: str) -> None:
+        """A report whose records cannot be read (a worker of another version, or a damaged or
+        forged message): none of it is merged, so the run's histograms and its records agree;
+        run.json names it and the verdict says the run is incomplete."""
+        lost = wire_record_count(payload)
+        entry = self.unreadable.setdefault(wid, {"worker": wid, "reports": 0, "records": 0})
+        entry.update(reports=entry["reports"] + 1, records=entry["records"] + lost, why=why)
+        log.error("worker %s sent a report the master cannot read, %d records lost: %s", wid, lost, why)
+        if self.writer is not None:
+            self.writer.update_run(unreadable_reports=list(self.unreadable.values()))
 
     def _on_final(self, environment: Any, msg: Any, **_: Any) -> None:
         if self._ignored(msg.node_id):

@@ -15,6 +15,7 @@ import gevent
 from locust.runners import STATE_MISSING, STATE_RUNNING
 
 from loadgen.config import Plan
+from loadgen.engine.recorder import wire_record_count
 from loadgen.runtime.accounting import Share, handover_s
 from loadgen.runtime.base import (
     MSG_ADOPT,
@@ -53,7 +54,7 @@ class WorkerLosses:
             info["heard_again_at_s"] = round(time.time() - self.t0_unix_s, 3)
         taken = info.get("replaced_by") or info.get("replanned_onto") or "lost_again_at_s" in info
         if taken or (self.config is not None and self.config.on_worker_loss == "abort"):
-            rejected = len(payload.get("r") or [])
+            rejected = wire_record_count(payload)
             if rejected or "late_records_rejected" not in info:
                 info["late_records_rejected"] = info.get("late_records_rejected", 0) + rejected
                 self._write_lost()

@@ -101,6 +101,11 @@ def incomplete_reasons(summary: dict[str, Any], info: dict[str, Any]) -> list[st
             f"{_lost_text(undone)} with {sessions} session{'s' if sessions != 1 else ''} in flight, "
             "whose unreported requests are missing"
         )
+    unreadable = [u for u in info.get("unreadable_reports") or [] if isinstance(u, dict)]
+    if unreadable:
+        records = sum(int(u.get("records") or 0) for u in unreadable)
+        who = ", ".join(str(u.get("worker")) for u in unreadable)
+        reasons.append(f"{records} record{'s' if records != 1 else ''} in reports the master could not read (from {who})")
     acc = info.get("accounting") or {}
     not_started = acc.get("sessions_not_started") or {}
     total_not_started = sum(not_started.values())

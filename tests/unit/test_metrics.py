@@ -90,15 +90,19 @@ def test_merge_of_deltas_from_several_workers_equals_rebuild_from_records(
 
 
 @pytest.mark.parametrize("wire_records", [False, True])
-def test_take_delta_clears_and_records_travel_as_dicts(wire_records: bool) -> None:
-    r = Recorder(wire_records=wire_records)  # a worker's makes each dict when it records
+def test_take_delta_clears_and_records_travel_whole(wire_records: bool) -> None:
+    r = Recorder(wire_records=wire_records)  # a worker's packs each record as it records it
     rec = _record(1, random.Random(1))
     r.record_request(rec)
     d = r.take_delta()
-    assert d.records == [rec.to_dict()]
+    if wire_records:
+        assert d.records == [] and d.packed_count == 1 and d.packed_records
+        assert Delta.from_wire(d.to_wire()).request_records == [rec]
+    else:
+        assert d.records == [rec.to_dict()]
     assert d.values and not d.histograms  # a request's few values go as themselves
     empty = r.take_delta()
-    assert empty.records == [] and empty.histograms == {} and empty.values == {}
+    assert empty.records == [] and empty.histograms == {} and empty.values == {} and not empty.packed_count
 
 
 def test_a_recorder_of_wire_records_refuses_take() -> None:
