@@ -180,10 +180,12 @@ class MasterRuntime(JoinsAndClocks, WorkerLosses, Collector):
         self._deferred_replans = []
 
     def _after_start(self) -> None:
+        from loadgen.runtime.helper_threads import yield_helper_threads
         from loadgen.runtime.master_gc import collect_periodically, freeze_startup_heap
         from loadgen.runtime.master_priority import yield_to_workers
 
         yield_to_workers()  # the workers time tokens; the master's work can wait a slice
+        yield_helper_threads()  # and its zmq threads, which receive the reports, too
         self._greenlets.append(gevent.spawn(self._recheck_clocks))
         freeze_startup_heap()
         self._greenlets.append(gevent.spawn(collect_periodically))

@@ -43,6 +43,7 @@ from loadgen.runtime.file_ship import (
     fetched_config,
     needs_fetch,
 )
+from loadgen.runtime.helper_threads import yield_helper_threads
 from loadgen.runtime.join_auth import (
     SECRET_ENV,
     response,
@@ -74,6 +75,9 @@ class WorkerRuntime(RuntimeBase):
     def install(self) -> None:
         ev = self.env.events
         runner = self.env.runner
+        # Locust has made its zmq socket (and with it zmq's I/O thread): those threads must not
+        # take the core from the event loop while it reads (helper_threads.py).
+        yield_helper_threads()
         ev.report_to_master.add_listener(self._on_report_to_master)
         ev.test_stop.add_listener(self._on_worker_test_stop)
         runner.register_message(MSG_PLAN, self._on_plan)
