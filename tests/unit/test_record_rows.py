@@ -14,30 +14,18 @@ from loadgen.engine.record_rows import RowPacker, unpack_rows
 from loadgen.engine.recorder import Delta, MetricsAggregate, Recorder, wire_record_count
 from loadgen.runtime.verdict import incomplete_reasons
 
+from .test_metrics import _record as _metrics_record
+
 
 def _record(i: int, rng: random.Random) -> RequestRecord:
+    """test_metrics' record with every kind of field a row carries: text beyond ASCII, None,
+    lists, a nested map, booleans."""
     ok = i % 5 != 0
-    gaps = [rng.randint(1, 90_000) for _ in range(rng.randint(0, 120))]
-    return RequestRecord(
+    rec = _metrics_record(i, rng, ok=ok)
+    return dataclasses.replace(
+        rec,
         request_id=f"r{i}-é",
-        session_id=f"s{i // 3}",
-        session_index=i // 3,
-        turn_index=i % 3,
-        turn_class="first" if i % 3 == 0 else "follow-up",
-        tenant="a" if i % 2 else "b",
-        target="sim",
-        worker="w_1",
-        status="ok" if ok else "error",
-        t_sched_us=i * 1000,
-        t_send_us=i * 1000 + 7,
-        t_first_us=i * 1000 + 900 if ok else None,
-        t_last_us=i * 1000 + 900 + sum(gaps) if ok else None,
-        t_end_us=i * 1000 + 950 + sum(gaps),
-        output_tokens=len(gaps) + 1 if ok else 0,
-        chunks=len(gaps) + 1 if ok else 0,
-        itl_us=gaps if ok else [],
-        chunk_tokens=[2] * (len(gaps) + 1) if i % 7 == 0 else None,
-        error_category=None if ok else "http_5xx",
+        chunk_tokens=[2] * rec.chunks if i % 7 == 0 else None,
         error_message=None if ok else "HTTP 503: Service Unavailable ✗",
         http_status=200 if ok else 503,
         server_timings={"queue_ms": 1.5, "prefill_ms": 20, "nested": {"a": [1, 2]}} if i % 4 == 0 else None,
@@ -47,13 +35,18 @@ def _record(i: int, rng: random.Random) -> RequestRecord:
     )
 
 
-def test_records_come_back_equal_through_a_report() -> None:
-    rng = random.Random(7)
-    records = [_record(i, rng) for i in range(300)]
+def _report(records: list[RequestRecord]) -> dict:
+    """A worker's report of ``records``, in its wire form."""
     worker = Recorder(wire_records=True)
     for rec in records:
         worker.record_request(rec)
-    wire = worker.take_delta().to_wire()
+    return worker.take_delta().to_wire()
+
+
+def test_records_come_back_equal_through_a_report() -> None:
+    rng = random.Random(7)
+    records = [_record(i, rng) for i in range(300)]
+    wire = _report(records)
     # Through the same msgpack settings as Locust's messages, as a master receives them.
     wire = msgpack.unpackb(msgpack.packb(wire), raw=False, strict_map_key=False)
     assert wire_record_count(wire) == 300
@@ -70,10 +63,7 @@ def test_a_report_packs_its_records_once_at_half_the_size_of_the_dicts() -> None
     second, every 0.5 s). Now they are one bytes object packed as they were recorded."""
     rng = random.Random(1)
     records = [_record(i, rng) for i in range(250)]
-    worker = Recorder(wire_records=True)
-    for rec in records:
-        worker.record_request(rec)
-    wire = worker.take_delta().to_wire()
+    wire = _report(records)
     assert wire["r"] == [] and isinstance(wire["rp"], bytes) and wire["rn"] == 250
     as_dicts = len(msgpack.packb([r.to_dict() for r in records]))
     assert len(wire["rp"]) < 0.6 * as_dicts
