@@ -7,7 +7,7 @@ Locust worker forked by ``loadgen run`` writes ``stalls-<pid>.txt`` there every 
     LOADGEN_STALL_TRACE=/tmp/stalls PYTHONPATH=bench/loop_stalls \\
         .venv/bin/python bench/generator_capacity.py -c 500 --pace 10ms -d 12
 
-A run whose wall time is well over its CPU waited for its core (another process ran); one whose
+A run whose wall time is well over its CPU waited for its core (another process or thread ran); one whose
 CPU is near its wall time held the loop itself. The hub's own runs are its waits for events and
 are left out of the list. For diagnosis only: the trace costs ~1 µs a switch.
 """

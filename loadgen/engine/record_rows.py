@@ -2,10 +2,10 @@
 
 A worker reports to its master every 0.5 s, in one greenlet that holds the event loop while it
 builds the report. At 500 requests a second the records were a report's largest part: 250 dicts
-of ~40 named fields (~220 KB), packed by Locust's ``msgpack.packb`` in that one go (~1.5-2 ms of
-the worker's CPU, 4-5 ms of a ~8 ms stall with the master's read of it on the same core). A stall
-near a stream's token interval reads two of its chunks with one kernel stamp, and their gap is
-lost (docs/performance.md, "The report's stall").
+of ~40 named fields (~220 KB), packed by Locust's ``msgpack.packb`` in that one go: 1.5-2 ms of
+the 3-5 ms of CPU in which a report held the loop. A stall near a stream's token interval reads
+two of its chunks with one kernel stamp, and their gap is lost (docs/performance.md, "The
+report's stall").
 
 So each record is packed when its request is recorded (a few µs, spread over the requests), as a
 row: its values in field order, the names sent once per report beside the rows. The report carries
@@ -49,9 +49,6 @@ class RowPacker:
         self._pack = msgpack.Packer(default=_plain).pack
         self._row = operator.attrgetter(*RECORD_FIELDS)
         self._rows: list[bytes] = []
-
-    def __len__(self) -> int:
-        return len(self._rows)
 
     def add(self, rec: RequestRecord) -> None:
         self._rows.append(self._pack(self._row(rec)))

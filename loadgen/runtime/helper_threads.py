@@ -5,11 +5,12 @@ help: zmq's I/O thread (the reports to the master, the heartbeats) and its reape
 resolver pool. On a core they share with the loop (a machine with fewer cores than processes; the
 benchmark's client core), each report, every 0.5 s, woke zmq's I/O thread, which preempted the
 loop at once to push the report through the socket (~90 KB at 1,000 requests a second; over
-loopback the master's receive runs in the sender's context too) while a tick's chunks waited. The
-report's run of the loop took 4.8-6.2 ms of wall time for ~1.8 ms of its own CPU (median, 1,000
-streams with tokens 10 ms apart); with the helpers as below, 2.8-3.4 ms, and 8-9 such runs over
-2 ms in a 12 s point where there were 24 (``bench/loop_stalls``; docs/performance.md, "The
-report's stall").
+loopback the master's receive runs in the sender's context too) while a tick's chunks waited; the
+master's zmq thread, woken to take the report, did the same. A report's run of the loop took
+5.6-6.3 ms of wall time for ~2 ms of its own CPU (median, 1,000 streams with tokens 10 ms apart);
+with the helpers as below, 2.3-2.4 ms, its CPU time, and at 500 streams 5-6 runs over 2 ms in a
+12 s point where there were 23-25 (``bench/loop_stalls``; docs/performance.md, "The report's
+stall").
 
 So the threads a worker has when it starts, all but the loop's, become batch tasks
 (``SCHED_BATCH``: their wake-ups do not preempt the loop; they run when it waits, or at the
