@@ -63,7 +63,12 @@ class Delta:
 
     @classmethod
     def from_wire(cls, data: dict) -> Delta:
-        """The delta of a report; ValueError, saying what, for records that cannot be read."""
+        """The delta of a report; ValueError, saying what, for a report whose parts are not what
+        a worker sends or whose records cannot be read."""
+        parts = {"h": dict, "r": list, "v": dict}
+        for key, kind in parts.items():
+            if not isinstance(data.get(key) or kind(), kind):
+                raise ValueError(f"report: {key!r} must be a {kind.__name__}, not {type(data[key]).__name__}")
         return cls(
             histograms=dict(data.get("h") or {}),
             records=list(data.get("r") or []),
@@ -74,8 +79,8 @@ class Delta:
 
 def wire_record_count(data: dict) -> int:
     """How many records a report's wire form says it carries (without reading them)."""
-    rn = data.get("rn")
-    return len(data.get("r") or []) + (rn if isinstance(rn, int) and rn > 0 else 0)
+    r, rn = data.get("r"), data.get("rn")
+    return (len(r) if isinstance(r, list) else 0) + (rn if isinstance(rn, int) and rn > 0 else 0)
 
 
 class Recorder:
@@ -278,7 +283,9 @@ class MetricsAggregate:
 
     def merge(self, delta: Delta) -> list[RequestRecord]:
         """Merge a worker's delta: each encoded histogram decoded once and added, each small
-        delta's values recorded (exact either way: counts add)."""
+        delta's values recorded (exact either way: counts add). Packed records are read first: a
+        delta whose records cannot be read (ValueError) leaves nothing merged."""
+        packed = unpack_rows(RECORD_FIELDS, delta.packed_records, delta.packed_count) if delta.packed_count else []
         for tag, payload in delta.histograms.items():
             src = HdrHistogram.decode(payload)
             for table in (self.cumulative, self.interval):
@@ -296,7 +303,6 @@ class MetricsAggregate:
             # Both histograms at once: the values' buckets found once (a third of a light run's
             # master CPU was finding them twice).
             record_clamped_each(hs, np.frombuffer(raw, dtype="<i8"))
-        packed = unpack_rows(RECORD_FIELDS, delta.packed_records, delta.packed_count) if delta.packed_count else []
         return self._count([*map(RequestRecord.from_dict, delta.records), *delta.request_records, *packed])
 
     def merge_local(

@@ -111,3 +111,24 @@ def test_unreadable_records_make_the_run_incomplete() -> None:
     assert incomplete_reasons(summary, info) == [
         "500 records in reports the master could not read (from host_1)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("part", "value"), [("r", "not a list"), ("h", ["not", "a", "map"]), ("v", 7)]
+)
+def test_a_report_of_the_wrong_shape_is_refused_in_one_line(part: str, value: object) -> None:
+    wire = {**_report([_record(1, random.Random(1))]), part: value}
+    with pytest.raises(ValueError, match=f"report: '{part}' must be a"):
+        Delta.from_wire(wire)
+    assert wire_record_count(wire) == 1  # the packed row, whatever the rest holds
+
+
+def test_a_worker_delta_merged_in_process_whose_rows_cannot_be_read_merges_nothing() -> None:
+    worker = Recorder(wire_records=True)
+    worker.record_request(_record(1, random.Random(1)))
+    delta = worker.take_delta()
+    delta.packed_records = delta.packed_records[:-2]
+    agg = MetricsAggregate()
+    with pytest.raises(ValueError):
+        agg.merge(delta)
+    assert agg.cumulative == {} and agg.requests == 0
